@@ -153,7 +153,7 @@ func Classify(err error) Kind {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return KindTimeout
 	}
-	if ne, ok := asType[net.Error](err); ok && ne.Timeout() {
+	if netTimeout(err) {
 		return KindTimeout
 	}
 	if errno, ok := asType[syscall.Errno](err); ok {
@@ -172,6 +172,31 @@ func Classify(err error) Kind {
 		return KindTransient
 	}
 	return KindUnknown // conservatively: an unknown error falls over rather than hammering
+}
+
+// netTimeout reports whether any net.Error in err's tree says Timeout.
+// errors.As would stop at the first net.Error, and a *url.Error over a
+// %w-wrapped timeout answers false for the timeout beneath it (STYLE §10).
+func netTimeout(err error) bool {
+	for err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return true
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				if netTimeout(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // asType finds the first error in err's tree of type T, as errors.As

@@ -1,0 +1,304 @@
+package llmretry_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/llmretry/llmretry"
+)
+
+func TestAttemptString(t *testing.T) {
+	tests := []struct {
+		name string
+		a    llmretry.Attempt
+		want string
+	}{
+		{
+			name: "status_failure",
+			a:    llmretry.Attempt{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Status: 500, Err: llmretry.StatusFailure(500, nil, errors.New("upstream on fire"))},
+			want: "[backend 0 gpt-4o try 1] http 500: upstream on fire",
+		},
+		{
+			name: "parse_failure",
+			a:    llmretry.Attempt{Backend: 1, Model: "claude", Try: 3, Kind: llmretry.KindParse, Err: llmretry.ParseFailure("[1]]", errors.New("unexpected ]"))},
+			want: "[backend 1 claude try 3] parse: unexpected ]",
+		},
+		{
+			name: "plain_error",
+			a:    llmretry.Attempt{Backend: 2, Model: "unknown", Try: 2, Err: errors.New("connection reset")},
+			want: "[backend 2 unknown try 2] connection reset",
+		},
+		{
+			name: "success",
+			a:    llmretry.Attempt{Backend: 0, Model: "gpt-4o", Try: 2},
+			want: "[backend 0 gpt-4o try 2] ok",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.a.String(); got != tc.want {
+				t.Errorf("String() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// errorsByMessage matches errors by their text: a decoded Attempt keeps only
+// the message of its Err.
+var errorsByMessage = cmp.Comparer(func(x, y error) bool {
+	if x == nil || y == nil {
+		return x == nil && y == nil
+	}
+	return x.Error() == y.Error()
+})
+
+func TestAttemptJSONRoundTrip(t *testing.T) {
+	start := time.Date(2025, 3, 1, 12, 0, 0, 250_000_000, time.UTC)
+	tests := []struct {
+		name string
+		a    llmretry.Attempt
+	}{
+		{
+			name: "full",
+			a: llmretry.Attempt{
+				Backend: 1, Model: "gpt-4o", Try: 2, Kind: llmretry.KindParse, Status: 200,
+				Err:     llmretry.ParseFailure(`{"a":`, errors.New("unexpected end of JSON input")),
+				RawText: ptr(`{"a":`), Start: start, Elapsed: 1500 * time.Millisecond, RetryIn: 250 * time.Millisecond, Delivered: true,
+			},
+		},
+		{
+			name: "raw_text_nil",
+			a:    llmretry.Attempt{Backend: 0, Model: "m", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errors.New("http 503"), Start: start},
+		},
+		{
+			name: "raw_text_empty",
+			a:    llmretry.Attempt{Backend: 0, Model: "m", Try: 1, Kind: llmretry.KindParse, Err: errors.New("parse: empty"), RawText: ptr(""), Start: start},
+		},
+		{
+			name: "raw_text_unicode",
+			a:    llmretry.Attempt{Backend: 0, Model: "m", Try: 1, Kind: llmretry.KindTruncated, Err: errors.New("truncated"), RawText: ptr("«naïve» \u2028 \"quoted\"\n"), Start: start},
+		},
+		{
+			name: "success",
+			a:    llmretry.Attempt{Backend: 3, Model: "m", Try: 1, Start: start, Elapsed: 2 * time.Second},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := json.Marshal(tc.a)
+			if err != nil {
+				t.Fatalf("json.Marshal() error = %v", err)
+			}
+			var got llmretry.Attempt
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatalf("json.Unmarshal(%s) error = %v", data, err)
+			}
+			if diff := cmp.Diff(tc.a, got, errorsByMessage, cmpopts.IgnoreUnexported(llmretry.Attempt{})); diff != "" {
+				t.Errorf("round trip of %s (-want +got):\n%s", data, diff)
+			}
+			// nil and "" are different facts: no output, and an empty output.
+			if (tc.a.RawText == nil) != (got.RawText == nil) {
+				t.Errorf("round trip RawText = %v, want nil: %t", got.RawText, tc.a.RawText == nil)
+			}
+		})
+	}
+}
+
+func TestAttemptJSONKeys(t *testing.T) {
+	a := llmretry.Attempt{
+		Backend: 1, Model: "gpt-4o", Try: 2, Kind: llmretry.KindParse, Status: 200,
+		Err:     llmretry.ParseFailure("{", errors.New("unexpected end of JSON input")),
+		RawText: ptr("{"), Start: time.Date(2025, 3, 1, 12, 0, 0, 250_000_000, time.UTC),
+		Elapsed: 1500 * time.Millisecond, RetryIn: 250 * time.Millisecond, Delivered: true,
+	}
+	data, err := json.Marshal(a)
+	if err != nil {
+		t.Fatalf("json.Marshal() error = %v", err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatalf("json.Unmarshal(%s) error = %v", data, err)
+	}
+	// start is RFC 3339; check it apart from its exact spelling.
+	if s, _ := got["start"].(string); s != "" {
+		ts, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil || !ts.Equal(a.Start) {
+			t.Errorf("start = %q, want RFC 3339 for %v", s, a.Start)
+		}
+		got["start"] = "ok"
+	}
+	want := map[string]any{
+		"backend":     1.0,
+		"model":       "gpt-4o",
+		"try":         2.0,
+		"kind":        "parse",
+		"status":      200.0,
+		"error":       "parse: unexpected end of JSON input",
+		"raw_text":    "{",
+		"start":       "ok",
+		"elapsed_ms":  1500.0,
+		"retry_in_ms": 250.0,
+		"delivered":   true,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("json.Marshal() = %s\n(-want +got):\n%s", data, diff)
+	}
+
+	t.Run("raw_text_nil_omitted", func(t *testing.T) {
+		b := a
+		b.RawText = nil
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("json.Marshal() error = %v", err)
+		}
+		if bytes.Contains(data, []byte(`"raw_text"`)) {
+			t.Errorf("json.Marshal() = %s, want no raw_text key", data)
+		}
+	})
+	t.Run("raw_text_empty_kept", func(t *testing.T) {
+		b := a
+		b.RawText = ptr("")
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("json.Marshal() error = %v", err)
+		}
+		if !bytes.Contains(data, []byte(`"raw_text":""`)) {
+			t.Errorf("json.Marshal() = %s, want \"raw_text\":\"\"", data)
+		}
+	})
+	t.Run("value_pointer_and_slice_agree", func(t *testing.T) {
+		byPtr, err1 := json.Marshal(&a)
+		inSlice, err2 := json.Marshal([]llmretry.Attempt{a})
+		if err1 != nil || err2 != nil {
+			t.Fatalf("json.Marshal() errors = %v, %v", err1, err2)
+		}
+		if string(byPtr) != string(data) || string(inSlice) != "["+string(data)+"]" {
+			t.Errorf("json.Marshal(a), (&a), ([]Attempt{a}) = %s, %s, %s, want the same encoding", data, byPtr, inSlice)
+		}
+	})
+	t.Run("bad_input", func(t *testing.T) {
+		for _, in := range []string{
+			`{"backend":0,"model":"m","try":1,"kind":"sideways"}`,
+			`{"backend":0,"model":"m","try":1,"kind":"parse","elapsed_ms":-5}`,
+			`{"backend":0,"model":"m","try":1,"kind":"parse","retry_in_ms":1e300}`,
+			`[1, 2]`,
+		} {
+			var b llmretry.Attempt
+			if err := json.Unmarshal([]byte(in), &b); err == nil {
+				t.Errorf("json.Unmarshal(%s) error = nil, want an error", in)
+			}
+		}
+	})
+}
+
+func TestAttemptLogValue(t *testing.T) {
+	a := llmretry.Attempt{
+		Backend: 1, Model: "gpt-4o", Try: 2, Kind: llmretry.KindTransient, Status: 503,
+		Err:   llmretry.StatusFailure(503, nil, errors.New("busy")),
+		Start: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC), Elapsed: 1500 * time.Millisecond, RetryIn: 250 * time.Millisecond,
+	}
+	lv, ok := any(a).(slog.LogValuer)
+	if !ok {
+		t.Fatalf("Attempt does not implement slog.LogValuer")
+	}
+	v := lv.LogValue()
+	if v.Kind() != slog.KindGroup {
+		t.Fatalf("LogValue().Kind() = %v, want Group", v.Kind())
+	}
+	// The group carries the attempt's facts as fields, not one text blob.
+	var values []string
+	for _, at := range v.Group() {
+		values = append(values, at.Value.Resolve().String())
+	}
+	joined := "\x00" + strings.Join(values, "\x00") + "\x00"
+	for _, want := range []string{"1", "gpt-4o", "2", "transient", "503", "http 503: busy"} {
+		if !strings.Contains(joined, "\x00"+want+"\x00") {
+			t.Errorf("LogValue() fields = %q, want one with value %q", values, want)
+		}
+	}
+
+	// Through a JSON handler the attempt is a nested object.
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).LogAttrs(context.Background(), slog.LevelInfo, "attempt", slog.Any("attempt", a))
+	var line struct {
+		Attempt map[string]any `json:"attempt"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("slog JSON output %s: %v", buf.Bytes(), err)
+	}
+	if len(line.Attempt) < 5 {
+		t.Errorf("slog JSON attempt = %v, want a group of fields", line.Attempt)
+	}
+}
+
+func TestAttemptLogValueLeavesOutRawText(t *testing.T) {
+	a := llmretry.Attempt{
+		Model: "gpt-4o", Try: 1, Kind: llmretry.KindParse,
+		Err:     errors.New("parse: bad json"),
+		RawText: ptr("PRIVATE-MODEL-OUTPUT"),
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("attempt", "attempt", a)
+	if strings.Contains(buf.String(), "PRIVATE-MODEL-OUTPUT") {
+		t.Errorf("slog output = %s, want it without the model's raw output", buf.String())
+	}
+	if !strings.Contains(buf.String(), "parse: bad json") {
+		t.Errorf("slog output = %s, want the error message", buf.String())
+	}
+}
+
+func TestErrorLogValues(t *testing.T) {
+	attempts := []llmretry.Attempt{
+		{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errors.New("http 503")},
+		{Backend: 1, Model: "claude", Try: 1, Kind: llmretry.KindTimeout, Err: errors.New("deadline")},
+	}
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"exhausted", &llmretry.Exhausted{Attempts: attempts}},
+		{"truncated", &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: attempts}}},
+		{"timed_out", &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: attempts}}},
+		{"cancelled", &llmretry.Cancelled{Attempts: attempts, Cause: errors.New("user left")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			lv, ok := tc.err.(slog.LogValuer)
+			if !ok {
+				t.Fatalf("%T does not implement slog.LogValuer", tc.err)
+			}
+			if k := lv.LogValue().Kind(); k != slog.KindGroup {
+				t.Errorf("LogValue().Kind() = %v, want Group", k)
+			}
+			var buf bytes.Buffer
+			slog.New(slog.NewJSONHandler(&buf, nil)).Info("chain failed", "err", tc.err)
+			var line struct {
+				Err map[string]any `json:"err"`
+			}
+			if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+				t.Fatalf("slog JSON output %s: %v", buf.Bytes(), err)
+			}
+			if line.Err == nil {
+				t.Fatalf("slog JSON output %s, want err as an object of fields", buf.Bytes())
+			}
+			// Every attempt is in the structured record, as fields.
+			for _, want := range []string{`"gpt-4o"`, `"claude"`, `"http 503"`, `"timeout"`} {
+				if !strings.Contains(buf.String(), want) {
+					t.Errorf("slog output = %s, want it to contain %s", buf.String(), want)
+				}
+			}
+			if tc.name == "cancelled" && !strings.Contains(buf.String(), "user left") {
+				t.Errorf("slog output = %s, want the cause", buf.String())
+			}
+		})
+	}
+}
