@@ -188,7 +188,15 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	parent, _ := ctx.Value(markKey{}).(*attemptCtx)
 	nested := parent != nil && parent.retrying
 
-	var attempts []Attempt
+	// One wall-clock read per call; attempt times are offsets from it on
+	// the monotonic clock. Reading the wall clock costs more than the rest
+	// of a successful Do (#3).
+	t0 := time.Now()
+	var (
+		attempts []Attempt
+		spare    []attemptCtx  // marks for later attempts, allocated in one batch at the first failure (#3)
+		startOff time.Duration // when the next attempt starts, as an offset from t0
+	)
 	for bi := range c.Backends {
 		b := &c.Backends[bi]
 		retrying := !nested && len(b.Retry.Waits) > 0
@@ -196,12 +204,20 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if ctx.Err() != nil {
 				return zero, stopped(ctx, attempts)
 			}
-			mark := &attemptCtx{Context: ctx, parent: parent, retrying: retrying || nested}
+			if len(spare) == 0 && attempts != nil {
+				spare = make([]attemptCtx, len(attempts)) // a long retry run: refill, doubling as append does
+			}
+			var mark *attemptCtx
+			if len(spare) > 0 {
+				mark, spare = &spare[0], spare[1:]
+			} else {
+				mark = new(attemptCtx) // the first attempt: the success path's one allocation
+			}
+			mark.Context, mark.parent, mark.retrying = ctx, parent, retrying || nested
 			var cancel context.CancelFunc
 			if b.Timeout > 0 {
 				mark.Context, cancel = context.WithTimeoutCause(ctx, b.Timeout, errAttemptTimeout)
 			}
-			start := time.Now()
 			resp, err := b.Call(mark, req)
 			attemptTimedOut := false
 			if cancel != nil {
@@ -210,17 +226,19 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 			if err == nil {
 				if c.OnAttempt != nil {
+					endOff := time.Since(t0)
 					c.OnAttempt(ctx, Attempt{
 						Backend: bi, Model: modelName(b.Model), Try: try,
-						Start: start, Elapsed: time.Since(start), Delivered: mark.delivered.Load(),
+						Start: t0.Add(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 					})
 				}
 				return resp, nil
 			}
 
+			endOff := time.Since(t0)
 			a := Attempt{
 				Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-				Start: start, Elapsed: time.Since(start), Delivered: mark.delivered.Load(),
+				Start: t0.Add(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 			}
 			var hint time.Duration
 			a.Status, a.RawText, hint = details(err)
@@ -237,7 +255,13 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				a.Kind = classify(err)
 			}
 			if attempts == nil {
-				attempts = make([]Attempt, 0, c.recordHint())
+				// The first failure: size the records for what this call
+				// is likely to need from here. A large guess costs more
+				// than a regrowth (#3: the runtime writes a pointer bitmap
+				// over every byte allocated).
+				n := c.recordHint(bi, retrying && a.Kind.Retryable())
+				attempts = make([]Attempt, 0, n)
+				spare = make([]attemptCtx, n-1)
 			}
 
 			if a.Kind == KindCancelled {
@@ -262,11 +286,18 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				a.RetryIn = wait
 			}
 			attempts = c.record(ctx, attempts, a)
+			// Without a wait the next attempt starts now; the few
+			// nanoseconds of bookkeeping since endOff are not worth a
+			// clock read.
+			startOff = endOff
 			if !again {
 				break // fall over to the next backend
 			}
-			if wait > 0 && !sleep(ctx, wait) {
-				return zero, stopped(ctx, attempts)
+			if wait > 0 {
+				if !sleep(ctx, wait) {
+					return zero, stopped(ctx, attempts)
+				}
+				startOff = time.Since(t0)
 			}
 		}
 	}
@@ -291,15 +322,15 @@ func (c *Chain[Req, Resp]) fail(ctx context.Context, attempts []Attempt) error {
 	return exhaust(attempts, ctx.Err() != nil)
 }
 
-// recordHint is how many attempt records a failing call needs without a
-// deadline, so the records slice is allocated once. It is capped: a long
-// policy should not cost memory up front for failures that rarely happen.
-func (c *Chain[Req, Resp]) recordHint() int {
-	n := 0
-	for i := range c.Backends {
-		n += len(c.Backends[i].Retry.Waits) + 1
+// recordHint guesses how many attempt records a call that first failed
+// in backend bi will make: the rest of that backend's listed tries when the
+// failure is retried there, and one try for each backend after it.
+func (c *Chain[Req, Resp]) recordHint(bi int, retried bool) int {
+	n := len(c.Backends) - bi
+	if retried {
+		n += len(c.Backends[bi].Retry.Waits)
 	}
-	return min(n, 32)
+	return min(n, 16)
 }
 
 // stopped is the error of a chain whose caller's context is done.
