@@ -193,8 +193,8 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	// of a successful Do (#3).
 	t0 := time.Now()
 	var (
-		attempts []Attempt
-		spare    []attemptCtx  // marks for later attempts, allocated in one batch at the first failure (#3)
+		rec      records
+		spare    []attemptCtx  // marks for retries, allocated in batches rather than one per attempt (#3)
 		startOff time.Duration // when the next attempt starts, as an offset from t0
 	)
 	for bi := range c.Backends {
@@ -202,16 +202,17 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		retrying := !nested && len(b.Retry.Waits) > 0
 		for try := 1; ; try++ {
 			if ctx.Err() != nil {
-				return zero, stopped(ctx, attempts)
-			}
-			if len(spare) == 0 && attempts != nil {
-				spare = make([]attemptCtx, len(attempts)) // a long retry run: refill, doubling as append does
+				return zero, stopped(ctx, rec.all())
 			}
 			var mark *attemptCtx
-			if len(spare) > 0 {
-				mark, spare = &spare[0], spare[1:]
-			} else {
+			switch {
+			case rec.n == 0:
 				mark = new(attemptCtx) // the first attempt: the success path's one allocation
+			case len(spare) == 0:
+				spare = make([]attemptCtx, c.remaining(bi, try, retrying))
+				fallthrough
+			default:
+				mark, spare = &spare[0], spare[1:]
 			}
 			mark.Context, mark.parent, mark.retrying = ctx, parent, retrying || nested
 			var cancel context.CancelFunc
@@ -254,29 +255,20 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			default:
 				a.Kind = classify(err)
 			}
-			if attempts == nil {
-				// The first failure: size the records for what this call
-				// is likely to need from here. A large guess costs more
-				// than a regrowth (#3: the runtime writes a pointer bitmap
-				// over every byte allocated).
-				n := c.recordHint(bi, retrying && a.Kind.Retryable())
-				attempts = make([]Attempt, 0, n)
-				spare = make([]attemptCtx, n-1)
-			}
 
 			if a.Kind == KindCancelled {
-				attempts = c.record(ctx, attempts, a)
+				c.record(ctx, &rec, a, 0)
 				cause := err
 				if ctx.Err() != nil {
 					cause = context.Cause(ctx)
 				}
-				return zero, &Cancelled{Attempts: attempts, Cause: cause}
+				return zero, &Cancelled{Attempts: rec.all(), Cause: cause}
 			}
 			if a.Delivered {
 				// The caller already holds part of this answer: resending
 				// would duplicate it, and so would another backend.
-				attempts = c.record(ctx, attempts, a)
-				return zero, c.fail(ctx, attempts)
+				c.record(ctx, &rec, a, 0)
+				return zero, c.fail(ctx, rec.all())
 			}
 			wait, again := time.Duration(0), false
 			if retrying && a.Kind.Retryable() && ctx.Err() == nil {
@@ -285,7 +277,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if again {
 				a.RetryIn = wait
 			}
-			attempts = c.record(ctx, attempts, a)
+			c.record(ctx, &rec, a, c.planned(bi, try+1, again))
 			// Without a wait the next attempt starts now; the few
 			// nanoseconds of bookkeeping since endOff are not worth a
 			// clock read.
@@ -295,22 +287,22 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 			if wait > 0 {
 				if !sleep(ctx, wait) {
-					return zero, stopped(ctx, attempts)
+					return zero, stopped(ctx, rec.all())
 				}
 				startOff = time.Since(t0)
 			}
 		}
 	}
-	return zero, c.fail(ctx, attempts)
+	return zero, c.fail(ctx, rec.all())
 }
 
-// record appends a to attempts and reports it to OnAttempt.
-func (c *Chain[Req, Resp]) record(ctx context.Context, attempts []Attempt, a Attempt) []Attempt {
-	attempts = append(attempts, a)
+// record keeps a failed attempt and reports it to OnAttempt. more guesses
+// how many attempts may follow it.
+func (c *Chain[Req, Resp]) record(ctx context.Context, rec *records, a Attempt, more int) {
+	rec.add(a, more)
 	if c.OnAttempt != nil {
 		c.OnAttempt(ctx, a)
 	}
-	return attempts
 }
 
 // fail is the error of a chain that has given up, preferring the caller's
@@ -322,15 +314,76 @@ func (c *Chain[Req, Resp]) fail(ctx context.Context, attempts []Attempt) error {
 	return exhaust(attempts, ctx.Err() != nil)
 }
 
-// recordHint guesses how many attempt records a call that first failed
-// in backend bi will make: the rest of that backend's listed tries when the
-// failure is retried there, and one try for each backend after it.
-func (c *Chain[Req, Resp]) recordHint(bi int, retried bool) int {
-	n := len(c.Backends) - bi
+// remaining guesses how many attempts a call may still make from try number
+// try of backend bi: the rest of that backend's listed tries when it is
+// being retried, and one try for each backend after it. It sizes
+// allocations, so it is capped: a long policy should not cost memory up
+// front for failures that rarely all happen.
+func (c *Chain[Req, Resp]) remaining(bi, try int, retried bool) int {
+	n := len(c.Backends) - bi - 1
 	if retried {
-		n += len(c.Backends[bi].Retry.Waits)
+		n += max(len(c.Backends[bi].Retry.Waits)+2-try, 1)
 	}
-	return min(n, 16)
+	return min(max(n, 1), 16)
+}
+
+// planned is how many attempts the policies allow from try number try of
+// backend bi, without a deadline: the rest of that backend's tries when it
+// is being retried, and every try of the backends after it. It sizes the
+// records once a call has failed often enough to spill them to the heap,
+// when a failing outage is the likely story. It is capped like remaining.
+func (c *Chain[Req, Resp]) planned(bi, try int, retried bool) int {
+	n := 0
+	if retried {
+		n = max(len(c.Backends[bi].Retry.Waits)+2-try, 1)
+	}
+	for i := bi + 1; i < len(c.Backends) && n < 32; i++ {
+		n += len(c.Backends[i].Retry.Waits) + 1
+	}
+	return min(n, 32)
+}
+
+// records holds a call's failed attempts. The first few stay in an array
+// in the struct, on Do's stack, and are copied to the heap only when an
+// error needs them, so a call that fails a few times and then succeeds, or
+// one parked in a wait, keeps no record on the heap (#3). The array is
+// never sliced into a slice that escapes, or escape analysis would move it
+// to the heap for every call.
+type records struct {
+	n     int
+	first [inlineRecords]Attempt
+	list  []Attempt // every record, once there are more than fit in first
+}
+
+// inlineRecords is how many records a call keeps before it allocates: enough
+// for the common outage of a few failures followed by a success.
+const inlineRecords = 4
+
+// add appends a; more guesses how many records may follow, so that a
+// spilled list is allocated once with room for them.
+func (r *records) add(a Attempt, more int) {
+	switch {
+	case r.n < inlineRecords:
+		r.first[r.n] = a
+	case r.n == inlineRecords:
+		r.list = make([]Attempt, inlineRecords, inlineRecords+1+more)
+		copy(r.list, r.first[:])
+		r.list = append(r.list, a)
+	default:
+		r.list = append(r.list, a)
+	}
+	r.n++
+}
+
+// all returns the records in order, on the heap; nil when there are none.
+func (r *records) all() []Attempt {
+	switch {
+	case r.n == 0:
+		return nil
+	case r.n <= inlineRecords:
+		return append([]Attempt(nil), r.first[:r.n]...)
+	}
+	return r.list
 }
 
 // stopped is the error of a chain whose caller's context is done.
