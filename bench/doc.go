@@ -1,0 +1,35 @@
+// Package bench compares the cost of llmretry's Chain with the Go retry
+// libraries people already use, doing the same work through each of them.
+//
+// It holds no code of its own: the benchmarks live in bench_test.go, and
+// run.sh runs them and prints the table. It is a module of its own so that
+// the peers never enter llmretry's go.mod.
+//
+// # Cases
+//
+// Every case has one sub-benchmark per library, named direct (a hand-written
+// loop: the floor), llmretry, failsafe-go, backoff-v5, backoff-v7,
+// retry-go-v4, retry-go-v5 and go-retry, so `go test -bench 'FirstTry/'`
+// lines up with anyone's script:
+//
+//   - FirstTry: one backend with a retry policy, success on the first try.
+//   - TwoFailures: one backend fails twice, then answers.
+//   - Fallover: three backends; the first two fail once each with an error
+//     that is not retryable there, the third answers.
+//   - Exhausted: three backends of three tries each, all failing.
+//   - Parked: many concurrent calls (100,000; 10,000 with -short) parked
+//     in a long retry wait; reports the live heap bytes (B/parked) and
+//     objects (allocs/parked) each parked call holds.
+//   - WaitPrecision/{1ms,10ms,100ms}: the real clock; reports how far each
+//     library's wait overshoots the asked length (over-p50-ns, over-p99-ns),
+//     with direct using time.Sleep as the reference.
+//
+// # Fairness
+//
+// Each peer is set up the way its own documentation shows, built once
+// outside the timed loop wherever the library allows reuse, with zero
+// waits (go-retry refuses a zero constant, so it gets one nanosecond) and
+// with the failing errors allocated once and marked retryable (or not) in
+// that library's own idiom. Where a peer has no fallback of its own, the
+// backends are tried by a plain loop around it.
+package bench

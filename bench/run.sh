@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# run.sh runs the benchmark suite side by side with the peers, saves the raw
+# output and prints it as a benchstat table, then as ratios to the fastest
+# peer per case (cmd/ratios).
+#
+# Environment (all optional):
+#   COUNT=10           runs of each benchmark (-count); COUNT=1 for a smoke test
+#   BENCH=.            which benchmarks (-bench), e.g. BENCH='FirstTry|TwoFailures'
+#   BENCHTIME=         -benchtime, e.g. 1x; empty means go test's default (1s)
+#   OUT=results.txt    where the raw output goes, relative to bench/
+#
+# Needs only the Go toolchain: benchstat is fetched by `go run` at a pinned
+# version through the module proxy.
+set -euo pipefail
+
+cd "$(dirname "$0")"
+
+COUNT="${COUNT:-10}"
+BENCH="${BENCH:-.}"
+BENCHTIME="${BENCHTIME:-}"
+OUT="${OUT:-results.txt}"
+BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+
+args=(test -run '^$' -bench "$BENCH" -benchmem -count "$COUNT")
+if [[ -n "$BENCHTIME" ]]; then
+	args+=(-benchtime "$BENCHTIME")
+fi
+
+echo "# go ${args[*]}    ($(go version))" >&2
+go "${args[@]}" . | tee "$OUT"
+
+echo
+echo "## benchstat $OUT"
+go run "$BENCHSTAT" "$OUT"
+
+echo
+echo "## ratios to the fastest peer (peers: all but direct and llmretry)"
+go run ./cmd/ratios "$OUT"
