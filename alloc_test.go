@@ -1,0 +1,86 @@
+package llmretry_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmretry/llmretry"
+)
+
+// TestDoFailureAllocations guards the allocation budgets of #3 on the
+// failure paths, with zero waits so no timer is involved: at most one
+// allocation per attempt plus one for a retried call, and no more than
+// records + 2 when the chain falls over or is exhausted.
+func TestDoFailureAllocations(t *testing.T) {
+	transient := llmretry.StatusFailure(503, nil, nil) // allocated once, as a real backend's would not be
+	rejected := llmretry.StatusFailure(400, nil, nil)
+	zeroWaits := llmretry.Policy{Waits: make([]time.Duration, 2)}
+
+	// failing returns a backend that fails its first n calls of each Do
+	// (all of them when n < 0) with err.
+	type counter struct{ n int }
+	failing := func(c *counter, n int, err error) func(context.Context, string) (string, error) {
+		return func(context.Context, string) (string, error) {
+			c.n++
+			if n < 0 || c.n <= n {
+				return "", err
+			}
+			return "ok", nil
+		}
+	}
+
+	tests := []struct {
+		name      string
+		backends  func(c *counter) []backend
+		wantErr   bool
+		maxAllocs float64
+	}{
+		{
+			name: "two_failures",
+			backends: func(c *counter) []backend {
+				return []backend{{Model: "a", Call: failing(c, 2, transient), Retry: zeroWaits}}
+			},
+			maxAllocs: 3 + 1, // three attempts, plus one
+		},
+		{
+			name: "fallover",
+			backends: func(c *counter) []backend {
+				return []backend{
+					{Model: "a", Call: failing(c, 1, rejected), Retry: zeroWaits},
+					{Model: "b", Call: failing(c, 2, rejected), Retry: zeroWaits},
+					{Model: "c", Call: failing(c, 0, nil), Retry: zeroWaits},
+				}
+			},
+			maxAllocs: 2 + 2, // two records, plus two
+		},
+		{
+			name: "exhausted",
+			backends: func(c *counter) []backend {
+				return []backend{
+					{Model: "a", Call: failing(c, -1, transient), Retry: zeroWaits},
+					{Model: "b", Call: failing(c, -1, transient), Retry: zeroWaits},
+					{Model: "c", Call: failing(c, -1, transient), Retry: zeroWaits},
+				}
+			},
+			wantErr:   true,
+			maxAllocs: 9 + 2, // nine records, plus two
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cnt := new(counter)
+			c := &chain{Backends: tc.backends(cnt)}
+			ctx := context.Background()
+			allocs := testing.AllocsPerRun(100, func() {
+				cnt.n = 0
+				if _, err := c.Do(ctx, "hi"); (err != nil) != tc.wantErr {
+					t.Fatalf("Do() error = %v, want error: %t", err, tc.wantErr)
+				}
+			})
+			if allocs > tc.maxAllocs {
+				t.Errorf("Do() made %v allocations, want at most %v", allocs, tc.maxAllocs)
+			}
+		})
+	}
+}
