@@ -62,7 +62,7 @@ type Backend[Req, Resp any] struct {
 	// one attempt, no retries.
 	Retry Policy
 	// Timeout is each attempt's response deadline; an attempt that hits it
-	// is [KindTimeout] and retried. 0 means none.
+	// is [KindTimeout], retried as the policy allows. 0 means none.
 	Timeout time.Duration
 }
 
@@ -156,6 +156,22 @@ func modelName(model string) string {
 	return model
 }
 
+// call makes one attempt under mark, and under the backend's Timeout when
+// it has one. It reports whether that Timeout ended the attempt. The timer
+// is stopped in a defer, so a panicking Call cannot leave it running.
+func (b *Backend[Req, Resp]) call(ctx context.Context, mark *attemptCtx, req Req) (Resp, bool, error) {
+	if b.Timeout <= 0 {
+		mark.Context = ctx
+		resp, err := b.Call(mark, req)
+		return resp, false, err
+	}
+	tctx, cancel := context.WithTimeoutCause(ctx, b.Timeout, errAttemptTimeout)
+	defer cancel()
+	mark.Context = tctx
+	resp, err := b.Call(mark, req)
+	return resp, context.Cause(tctx) == errAttemptTimeout, err
+}
+
 // errAttemptTimeout is the cause of a context ended by Backend.Timeout, so
 // that it can be told apart from the caller's own deadline.
 var errAttemptTimeout = errors.New("llmretry: attempt timeout")
@@ -214,17 +230,8 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			default:
 				mark, spare = &spare[0], spare[1:]
 			}
-			mark.Context, mark.parent, mark.retrying = ctx, parent, retrying || nested
-			var cancel context.CancelFunc
-			if b.Timeout > 0 {
-				mark.Context, cancel = context.WithTimeoutCause(ctx, b.Timeout, errAttemptTimeout)
-			}
-			resp, err := b.Call(mark, req)
-			attemptTimedOut := false
-			if cancel != nil {
-				attemptTimedOut = context.Cause(mark.Context) == errAttemptTimeout
-				cancel()
-			}
+			mark.parent, mark.retrying = parent, retrying || nested
+			resp, attemptTimedOut, err := b.call(ctx, mark, req)
 			if err == nil {
 				if c.OnAttempt != nil {
 					endOff := time.Since(t0)
@@ -407,7 +414,7 @@ func ctxKind(ctx context.Context) Kind {
 // nested chain's error answers with its last attempt.
 func details(err error) (status int, raw *string, hint time.Duration) {
 	// A bare *Failure is the common case; skip the walks below (#3).
-	if f, ok := err.(*Failure); ok && f.Err == nil {
+	if f, ok := err.(*Failure); ok && f != nil && f.Err == nil {
 		return f.Status, f.RawText, f.RetryAfter
 	}
 	var last *Attempt
@@ -424,7 +431,7 @@ func details(err error) (status int, raw *string, hint time.Duration) {
 		_, _, hint = details(last.Err)
 		return last.Status, last.RawText, hint
 	}
-	if f, ok := asType[*Failure](err); ok {
+	if f, ok := asType[*Failure](err); ok && f != nil {
 		return f.Status, f.RawText, f.RetryAfter
 	}
 	return 0, nil, 0
@@ -438,8 +445,11 @@ func nextWait(ctx context.Context, p *Policy, try int, hint time.Duration) (time
 	switch {
 	case try <= len(p.Waits):
 		w = p.Waits[try-1]
-	case hasDeadline:
-		w = p.Waits[len(p.Waits)-1] // the last wait repeats, bounded by the deadline
+	case hasDeadline && p.Waits[len(p.Waits)-1] > 0:
+		// The last wait repeats, bounded by the deadline. A zero last wait
+		// does not: repeated, it would be a request storm until the
+		// deadline, hammering a paid API that is already failing.
+		w = p.Waits[len(p.Waits)-1]
 	default:
 		return 0, false // without a deadline the list is the bound, so a call can't wait forever
 	}
@@ -464,8 +474,8 @@ func nextWait(ctx context.Context, p *Policy, try int, hint time.Duration) (time
 		}
 		// Check before sleeping: a wait that leaves no time to use it only
 		// turns a backend's error into a deadline error.
-		left := time.Until(deadline) - w
-		if left <= 0 || left < reserve {
+		left := time.Until(deadline)
+		if w >= left || left-w < reserve {
 			return 0, false
 		}
 	}

@@ -53,7 +53,9 @@
 // Retry i of a backend waits Policy.Waits[i-1], or the server's retry-after
 // hint when that is longer. Without a deadline on the context, the list is
 // the bound. With a deadline, the last wait repeats for as long as the
-// deadline still leaves Policy.Reserve after the wait; every wait, listed
+// deadline still leaves Policy.Reserve after the wait (a zero last wait
+// does not repeat: back-to-back requests until the deadline would be a
+// storm against a failing provider); every wait, listed
 // or repeated, is checked before it starts, and one that fails the check
 // ends the backend's retries (the chain falls over, or ends) rather than
 // sleeping into the deadline. Retries ended that way give an [*Exhausted],
@@ -103,7 +105,11 @@
 // line naming the lever to pull, then one line per attempt. Programs should
 // read the fields instead. errors.Is(err, context.DeadlineExceeded) holds
 // for every TimedOut, and errors.Is(err, context.Canceled) for every
-// Cancelled, whose Cause keeps context.Cause of the caller's context.
+// Cancelled. A Cancelled's Cause is context.Cause of the caller's context,
+// or the attempt's own error when the backend reported the withdrawal;
+// errors.Is sees it, but errors.As finds no Exhausted and no advice through
+// it, so a context cancelled with a sibling's Truncated (as errgroup does)
+// still gives a plain Cancelled.
 //
 // A layer that wants its own error type can wrap ours with %w, or return a
 // type whose Unwrap returns ours: errors.As to *Exhausted and the advice
@@ -113,10 +119,13 @@
 //
 // A job queue or pipeline that re-runs failed items should ask [RetryItem]
 // whether running the item again could help. It probes the error tree for
-// the [ItemRetryable] interface; an error without it is retryable. Only
-// [*Truncated] and configuration errors ([ErrConfig]) say no: the same
-// request would be cut off at the same place, and a broken chain fails the
-// same way. A deadline miss is transient, so [*TimedOut] keeps its budget.
+// the [ItemRetryable] interface, as errors.As does, and takes the advice of
+// the first error that has it; an error without any is retryable. Of this
+// package's errors only [*Truncated] and configuration errors ([ErrConfig])
+// say no: the same request would be cut off at the same place, and a broken
+// chain fails the same way. A deadline miss is transient, so [*TimedOut]
+// keeps its budget. Because an [*Exhausted] unwraps to its attempts' errors,
+// a backend error that declares advice of its own is heard too.
 //
 // # Streaming
 //
@@ -133,6 +142,11 @@
 // Do runs under that mark (an LM that wraps an LM) makes one attempt per
 // backend and never waits. k retries then cost k+1 requests, not (k+1)².
 // Pass the context that Call receives to any inner chain for this to work.
+//
+// An inner chain's error is recorded in the outer attempt with the Kind
+// that [Classify] gives it (a Truncated is truncated, a TimedOut a timeout,
+// an Exhausted the Kind of its last attempt) and with the status, raw text
+// and retry-after hint of its last attempt.
 //
 // # Concurrency
 //

@@ -72,12 +72,10 @@ func (k Kind) Retryable() bool {
 }
 
 // MarshalText encodes the Kind as its [Kind.String] name, so Kinds read
-// well in JSON and in logs.
+// well in JSON and in logs. A value outside the constants (a custom
+// Chain.Classify may return one) encodes as "kind(N)" and decodes back.
 func (k Kind) MarshalText() ([]byte, error) {
-	if int(k) >= len(kindNames) {
-		return nil, fmt.Errorf("llmretry: cannot marshal unknown kind %d", k)
-	}
-	return []byte(kindNames[k]), nil
+	return []byte(k.String()), nil
 }
 
 // UnmarshalText decodes a name written by [Kind.MarshalText]. An
@@ -87,6 +85,14 @@ func (k *Kind) UnmarshalText(text []byte) error {
 		if string(text) == name {
 			*k = Kind(i)
 			return nil
+		}
+	}
+	if digits, ok := strings.CutPrefix(string(text), "kind("); ok {
+		if digits, ok := strings.CutSuffix(digits, ")"); ok {
+			if n, err := strconv.ParseUint(digits, 10, 8); err == nil {
+				*k = Kind(n)
+				return nil
+			}
 		}
 	}
 	return fmt.Errorf("llmretry: unknown kind %q", text)
@@ -126,7 +132,7 @@ func Classify(err error) Kind {
 	// The common case — a backend's bare *Failure — needs no walk, and the
 	// walk below would find nothing else in it (#3: classification sits on
 	// every failed attempt).
-	if f, ok := err.(*Failure); ok && f.Err == nil {
+	if f, ok := err.(*Failure); ok && f != nil && f.Err == nil {
 		return f.Kind
 	}
 	if _, ok := asType[*Cancelled](err); ok {
@@ -144,7 +150,7 @@ func Classify(err error) Kind {
 		}
 		return KindUnknown
 	}
-	if f, ok := asType[*Failure](err); ok {
+	if f, ok := asType[*Failure](err); ok && f != nil {
 		return f.Kind
 	}
 	if errors.Is(err, context.Canceled) {
@@ -283,6 +289,9 @@ type Failure struct {
 // no "llmretry: " prefix because it is the backend's own report, printed
 // inside the chain's attempt lines.
 func (f *Failure) Error() string {
+	if f == nil {
+		return "llmretry: nil *Failure"
+	}
 	var b strings.Builder
 	if f.Status != 0 {
 		b.WriteString("http ")
@@ -299,7 +308,12 @@ func (f *Failure) Error() string {
 
 // Unwrap returns the cause, so errors.Is and errors.As see through a
 // Failure.
-func (f *Failure) Unwrap() error { return f.Err }
+func (f *Failure) Unwrap() error {
+	if f == nil {
+		return nil
+	}
+	return f.Err
+}
 
 // StatusFailure describes an HTTP error response. Its Kind comes from
 // [ClassifyStatus], overridden by an "x-should-retry: true" or "false"
@@ -448,11 +462,38 @@ func (c *Cancelled) Error() string {
 }
 
 // Unwrap returns Cause and context.Canceled, so errors.Is holds for both.
+// The Cause is shielded: errors.As does not find an [Exhausted] (or
+// Truncated, TimedOut) or [ItemRetryable] advice beneath it, because a
+// Cancelled is never an Exhausted, whatever cancelled it. (errgroup, for
+// one, cancels its context with a sibling's error as the cause, and that
+// sibling's Truncated must not make this call look truncated.) Read the
+// Cause field to inspect it.
 func (c *Cancelled) Unwrap() []error {
 	if c.Cause == nil {
 		return []error{context.Canceled}
 	}
-	return []error{c.Cause, context.Canceled}
+	return []error{shieldedCause{c.Cause}, context.Canceled}
+}
+
+// shieldedCause is how a Cancelled exposes its Cause: errors.Is and
+// errors.As see through it, except to the chain's own failure types and
+// advice.
+type shieldedCause struct{ err error }
+
+func (s shieldedCause) Error() string { return s.err.Error() }
+
+// Is reports whether the cause matches target, so errors.Is(err, cause)
+// holds for a Cancelled.
+func (s shieldedCause) Is(target error) bool { return errors.Is(s.err, target) }
+
+// As finds target in the cause, unless target is one of the chain's
+// failure types or the advice interface.
+func (s shieldedCause) As(target any) bool {
+	switch target.(type) {
+	case **Exhausted, **Truncated, **TimedOut, *ItemRetryable:
+		return false
+	}
+	return errors.As(s.err, target)
 }
 
 // LogValue gives structured loggers the outcome, the cause and the
@@ -478,6 +519,10 @@ func Exhaust(attempts []Attempt) error {
 func exhaust(attempts []Attempt, deadline bool) error {
 	truncated, timedOut := seen(attempts)
 	switch {
+	case truncated && deadline && !timedOut:
+		// The deadline ran out between attempts, so no record shows it;
+		// the generated summary could not name that lever.
+		return &Truncated{Exhausted{Attempts: attempts, Summary: summarize("truncated", attempts, levers(attempts, true))}}
 	case truncated:
 		return &Truncated{Exhausted{Attempts: attempts}}
 	case timedOut || deadline:

@@ -63,8 +63,20 @@ func TestKindOutOfRange(t *testing.T) {
 	if k.Retryable() {
 		t.Errorf("Kind(9).Retryable() = true, want false")
 	}
-	if _, err := k.MarshalText(); err == nil {
-		t.Errorf("Kind(9).MarshalText() error = nil, want an error")
+	// A custom Classify may return such a Kind: its records must still
+	// encode, and decode to the same value.
+	text, err := k.MarshalText()
+	if err != nil || string(text) != "kind(9)" {
+		t.Fatalf("Kind(9).MarshalText() = %q, %v, want %q, nil", text, err, "kind(9)")
+	}
+	var back llmretry.Kind
+	if err := back.UnmarshalText(text); err != nil || back != k {
+		t.Errorf("UnmarshalText(%q) = %v, %v, want %v, nil", text, back, err, k)
+	}
+	for _, bad := range []string{"kind(256)", "kind(-1)", "kind(x)", "kind(3", "Transient"} {
+		if err := back.UnmarshalText([]byte(bad)); err == nil {
+			t.Errorf("UnmarshalText(%q) error = nil, want an error", bad)
+		}
 	}
 }
 

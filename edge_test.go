@@ -1,0 +1,191 @@
+package llmretry_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/llmretry/llmretry"
+)
+
+// causeErr is a caller's own cancellation cause, matched with errors.As.
+type causeErr struct{ item int }
+
+func (e *causeErr) Error() string { return "item failed" }
+
+// A context cancelled with a chain error as its cause — as errgroup does
+// with the first sibling's error — gives a Cancelled that is still not an
+// Exhausted, and carries no advice from the sibling.
+func TestDoCancelledCauseIsShielded(t *testing.T) {
+	sibling := llmretry.Exhaust([]llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindTruncated, Err: llmretry.Truncation("x")}})
+	tests := []struct {
+		name  string
+		cause error
+	}{
+		{"truncated_sibling", sibling},
+		{"wrapped_sibling", &wrapper{sibling}},
+		{"own_cause_type", &causeErr{item: 7}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(tc.cause)
+			c := &chain{Backends: []backend{{Model: "a", Call: newFake("a", answers).Call}}}
+
+			_, err := c.Do(ctx, "hi")
+			var cancelled *llmretry.Cancelled
+			if !errors.As(err, &cancelled) {
+				t.Fatalf("Do() = %v, want a *Cancelled", err)
+			}
+			if cancelled.Cause != tc.cause {
+				t.Errorf("Cause = %v, want %v", cancelled.Cause, tc.cause)
+			}
+			if !errors.Is(err, tc.cause) || !errors.Is(err, context.Canceled) {
+				t.Errorf("errors.Is(err, cause) = %t, errors.Is(err, context.Canceled) = %t, want both true",
+					errors.Is(err, tc.cause), errors.Is(err, context.Canceled))
+			}
+			var ex *llmretry.Exhausted
+			var tr *llmretry.Truncated
+			if errors.As(err, &ex) || errors.As(err, &tr) {
+				t.Errorf("errors.As(err, *Exhausted or *Truncated) = true for a *Cancelled, want false")
+			}
+			if !llmretry.RetryItem(err) {
+				t.Errorf("RetryItem(%v) = false, want true: a cancelled item may run again", err)
+			}
+			if got := llmretry.Classify(err); got != llmretry.KindCancelled {
+				t.Errorf("Classify() = %v, want %v", got, llmretry.KindCancelled)
+			}
+			var own *causeErr
+			if _, isOwn := tc.cause.(*causeErr); isOwn != errors.As(err, &own) {
+				t.Errorf("errors.As(err, *causeErr) = %t, want %t", !isOwn, isOwn)
+			}
+		})
+	}
+}
+
+// wrapper is a layer's own error type over ours.
+type wrapper struct{ err error }
+
+func (w *wrapper) Error() string { return "layer: " + w.err.Error() }
+func (w *wrapper) Unwrap() error { return w.err }
+
+// A zero last wait is not repeated under a deadline: repeated, it would
+// send requests back to back until the deadline.
+func TestDoZeroLastWaitDoesNotRepeat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		a := newFake("a", always(busy("busy")))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(10*ms, 0)}}}
+
+		_, err := c.Do(ctx, "hi")
+		if diff := cmpTimes([]time.Duration{0, 10 * ms, 10 * ms}, a.times()); diff != "" {
+			t.Errorf("call times (-want +got):\n%s", diff)
+		}
+		if got := len(exhausted(t, err)); got != 3 {
+			t.Errorf("records = %d, want 3", got)
+		}
+	})
+}
+
+func cmpTimes(want, got []time.Duration) string {
+	if len(want) != len(got) {
+		return "want " + durations(want) + "\ngot  " + durations(got)
+	}
+	for i := range want {
+		if want[i] != got[i] {
+			return "want " + durations(want) + "\ngot  " + durations(got)
+		}
+	}
+	return ""
+}
+
+func durations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.String()
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
+// A backend that returns a nil *Failure (a typed nil) does not panic the
+// chain: the attempt is unknown and falls over.
+func TestDoTypedNilFailure(t *testing.T) {
+	var nilFailure *llmretry.Failure
+	c := &chain{Backends: []backend{
+		{Model: "a", Call: func(context.Context, string) (string, error) { return "", nilFailure }, Retry: waits(0)},
+		{Model: "b", Call: newFake("b", answers).Call},
+	}}
+	got, err := c.Do(context.Background(), "hi")
+	if err != nil || got != "b: hi" {
+		t.Errorf("Do() = %q, %v, want %q, nil", got, err, "b: hi")
+	}
+	if k := llmretry.Classify(nilFailure); k != llmretry.KindUnknown {
+		t.Errorf("Classify(nil *Failure) = %v, want %v", k, llmretry.KindUnknown)
+	}
+	if msg := nilFailure.Error(); !strings.HasPrefix(msg, "llmretry: ") {
+		t.Errorf("(*Failure)(nil).Error() = %q, want a llmretry: message", msg)
+	}
+}
+
+// When the caller's deadline runs out between attempts after a
+// truncation, the Truncated summary names both levers.
+func TestDoTruncatedThenDeadlineNamesBothLevers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		b := newFake("b", answers)
+		c := &chain{
+			Backends: []backend{
+				{Model: "a", Call: newFake("a", always(llmretry.Truncation("partial"))).Call},
+				{Model: "b", Call: b.Call},
+			},
+			// A slow hook: the deadline passes before backend b's turn.
+			OnAttempt: func(context.Context, llmretry.Attempt) { time.Sleep(2 * time.Second) },
+		}
+
+		_, err := c.Do(ctx, "hi")
+		var tr *llmretry.Truncated
+		if !errors.As(err, &tr) {
+			t.Fatalf("Do() = %v, want a *Truncated", err)
+		}
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		for _, lever := range []string{"raise the completion budget (max tokens)", "raise the deadline"} {
+			if !strings.Contains(first, lever) {
+				t.Errorf("summary %q does not name %q", first, lever)
+			}
+		}
+		if n := len(b.times()); n != 0 {
+			t.Errorf("backend b called %d times, want 0", n)
+		}
+	})
+}
+
+// A panicking Call with a per-attempt Timeout leaves no timer running: the
+// panic reaches the caller, and the attempt's context has been cancelled
+// rather than left waiting for its timer.
+func TestDoPanickingCallStopsItsTimer(t *testing.T) {
+	var attemptCtx context.Context
+	c := &chain{Backends: []backend{{
+		Model:   "a",
+		Timeout: time.Hour,
+		Call: func(ctx context.Context, _ string) (string, error) {
+			attemptCtx = ctx
+			panic("backend bug")
+		},
+	}}}
+	defer func() {
+		if r := recover(); r != "backend bug" {
+			t.Errorf("recover() = %v, want the backend's panic", r)
+		}
+		if err := attemptCtx.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("attempt ctx.Err() = %v after the panic, want %v", err, context.Canceled)
+		}
+	}()
+	c.Do(context.Background(), "hi")
+	t.Fatal("Do() returned, want the backend's panic")
+}
