@@ -156,15 +156,10 @@ func modelName(model string) string {
 	return model
 }
 
-// call makes one attempt under mark, and under the backend's Timeout when
-// it has one. It reports whether that Timeout ended the attempt. The timer
-// is stopped in a defer, so a panicking Call cannot leave it running.
-func (b *Backend[Req, Resp]) call(ctx context.Context, mark *attemptCtx, req Req) (Resp, bool, error) {
-	if b.Timeout <= 0 {
-		mark.Context = ctx
-		resp, err := b.Call(mark, req)
-		return resp, false, err
-	}
+// callWithTimeout makes one attempt under mark and the backend's Timeout,
+// and reports whether that Timeout ended it. The timer is stopped in a
+// defer, so a panicking Call cannot leave it running.
+func (b *Backend[Req, Resp]) callWithTimeout(ctx context.Context, mark *attemptCtx, req Req) (Resp, bool, error) {
 	tctx, cancel := context.WithTimeoutCause(ctx, b.Timeout, errAttemptTimeout)
 	defer cancel()
 	mark.Context = tctx
@@ -230,8 +225,17 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			default:
 				mark, spare = &spare[0], spare[1:]
 			}
-			mark.parent, mark.retrying = parent, retrying || nested
-			resp, attemptTimedOut, err := b.call(ctx, mark, req)
+			mark.Context, mark.parent, mark.retrying = ctx, parent, retrying || nested
+			var (
+				resp            Resp
+				err             error
+				attemptTimedOut bool
+			)
+			if b.Timeout > 0 {
+				resp, attemptTimedOut, err = b.callWithTimeout(ctx, mark, req)
+			} else {
+				resp, err = b.Call(mark, req)
+			}
 			if err == nil {
 				if c.OnAttempt != nil {
 					endOff := time.Since(t0)

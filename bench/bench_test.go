@@ -497,16 +497,22 @@ func BenchmarkParked(b *testing.B) {
 	warmGoroutines(n)
 	for _, lib := range libraries {
 		b.Run(lib.name, func(b *testing.B) {
-			var heap, objects float64
+			var heap, objects, stack float64
 			rounds := 0
 			b.ReportAllocs()
 			for b.Loop() {
-				h, o := parkRound(b, lib, n)
-				heap, objects = heap+h, objects+o
+				h, o, st := parkRound(b, lib, n)
+				heap, objects, stack = heap+h, objects+o, stack+st
 				rounds++
 			}
 			b.ReportMetric(heap/float64(rounds), "B/parked")
 			b.ReportMetric(objects/float64(rounds), "allocs/parked")
+			// Goroutine stacks are reported too, so that memory moved from
+			// the heap to the stack is not hidden. The runtime sizes new
+			// stacks from what it saw at earlier GCs, so compare this
+			// figure across libraries run in separate processes
+			// (BENCHMARKS.md shows how).
+			b.ReportMetric(stack/float64(rounds), "stack-B/parked")
 		})
 	}
 }
@@ -530,7 +536,7 @@ func warmGoroutines(n int) {
 
 // parkRound parks n calls through lib and returns the live heap bytes and
 // objects per parked call.
-func parkRound(b *testing.B, lib library, n int) (heap, objects float64) {
+func parkRound(b *testing.B, lib library, n int) (heap, objects, stack float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var reached, returned atomic.Int64
@@ -572,7 +578,8 @@ func parkRound(b *testing.B, lib library, n int) (heap, objects float64) {
 	}
 	perCall := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / float64(n) }
 	return perCall(after.HeapAlloc, before.HeapAlloc),
-		perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees)
+		perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees),
+		perCall(after.StackInuse, before.StackInuse)
 }
 
 // BenchmarkWaitPrecision asks each library for one wait of 1ms, 10ms and
