@@ -30,8 +30,9 @@ var ErrConfig = errors.New("llmretry: invalid configuration")
 type Policy struct {
 	// Waits are the waits before the 1st, 2nd, ... retry in this backend.
 	// Without a deadline on the context, len(Waits) bounds the retries;
-	// with one, the last wait repeats while Reserve still fits. Empty means
-	// no retries, and then the other fields must be zero.
+	// with one, the last wait repeats while Reserve still fits, unless it
+	// is zero. Empty means no retries, and then the other fields must be
+	// zero.
 	Waits []time.Duration
 	// Reserve is the time that must remain before the context's deadline
 	// after a wait, or the wait is not taken and the backend gives up.
