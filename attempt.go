@@ -75,13 +75,13 @@ type attemptJSON struct {
 	Model     string    `json:"model"`
 	Try       int       `json:"try"`
 	Kind      Kind      `json:"kind"`
-	Status    int       `json:"status,omitempty"`
+	Status    int       `json:"status"`
 	Error     *string   `json:"error,omitempty"`
 	RawText   *string   `json:"raw_text,omitempty"` // a pointer, so "" is kept and nil is left out
 	Start     time.Time `json:"start"`
 	ElapsedMS float64   `json:"elapsed_ms"`
-	RetryInMS float64   `json:"retry_in_ms,omitempty"`
-	Delivered bool      `json:"delivered,omitempty"`
+	RetryInMS float64   `json:"retry_in_ms"`
+	Delivered bool      `json:"delivered"`
 }
 
 // MarshalJSON encodes the attempt with snake_case keys: the error as its

@@ -175,6 +175,24 @@ func TestAttemptJSONKeys(t *testing.T) {
 			t.Errorf("json.Marshal() = %s, want \"raw_text\":\"\"", data)
 		}
 	})
+	t.Run("zero_fields_keep_their_keys", func(t *testing.T) {
+		// A dead-letter table reads the same columns from every record:
+		// only raw_text (absent vs "") and error (nil for a success) may
+		// be left out.
+		data, err := json.Marshal(llmretry.Attempt{Model: "m", Try: 1, Err: errors.New("x")})
+		if err != nil {
+			t.Fatalf("json.Marshal() error = %v", err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(data, &got); err != nil {
+			t.Fatalf("json.Unmarshal(%s) error = %v", data, err)
+		}
+		for _, key := range []string{"backend", "model", "try", "kind", "status", "error", "start", "elapsed_ms", "retry_in_ms", "delivered"} {
+			if _, ok := got[key]; !ok {
+				t.Errorf("json.Marshal() = %s, want key %q", data, key)
+			}
+		}
+	})
 	t.Run("value_pointer_and_slice_agree", func(t *testing.T) {
 		byPtr, err1 := json.Marshal(&a)
 		inSlice, err2 := json.Marshal([]llmretry.Attempt{a})
