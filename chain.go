@@ -208,6 +208,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		rec      records
 		spare    []attemptCtx  // marks for retries, allocated in batches rather than one per attempt (#3)
 		startOff time.Duration // when the next attempt starts, as an offset from t0
+		timer    *time.Timer   // one per call, reset for every wait (#3)
 	)
 	for bi := range c.Backends {
 		b := &c.Backends[bi]
@@ -269,7 +270,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 
 			if a.Kind == KindCancelled {
-				c.record(ctx, &rec, a, 0)
+				c.record(ctx, &rec, &a, 0)
 				cause := err
 				if ctx.Err() != nil {
 					cause = context.Cause(ctx)
@@ -279,7 +280,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if a.Delivered {
 				// The caller already holds part of this answer: resending
 				// would duplicate it, and so would another backend.
-				c.record(ctx, &rec, a, 0)
+				c.record(ctx, &rec, &a, 0)
 				return zero, c.fail(ctx, rec.all())
 			}
 			wait, again := time.Duration(0), false
@@ -289,7 +290,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if again {
 				a.RetryIn = wait
 			}
-			c.record(ctx, &rec, a, c.planned(bi, try+1, again))
+			c.record(ctx, &rec, &a, c.planned(bi, try+1, again))
 			// Without a wait the next attempt starts now; the few
 			// nanoseconds of bookkeeping since endOff are not worth a
 			// clock read.
@@ -298,7 +299,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				break // fall over to the next backend
 			}
 			if wait > 0 {
-				if !sleep(ctx, wait) {
+				if !sleep(ctx, &timer, wait) {
 					return zero, stopped(ctx, rec.all())
 				}
 				startOff = time.Since(t0)
@@ -310,10 +311,10 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 
 // record keeps a failed attempt and reports it to OnAttempt. more guesses
 // how many attempts may follow it.
-func (c *Chain[Req, Resp]) record(ctx context.Context, rec *records, a Attempt, more int) {
+func (c *Chain[Req, Resp]) record(ctx context.Context, rec *records, a *Attempt, more int) {
 	rec.add(a, more)
 	if c.OnAttempt != nil {
-		c.OnAttempt(ctx, a)
+		c.OnAttempt(ctx, *a)
 	}
 }
 
@@ -373,16 +374,16 @@ const inlineRecords = 4
 
 // add appends a; more guesses how many records may follow, so that a
 // spilled list is allocated once with room for them.
-func (r *records) add(a Attempt, more int) {
+func (r *records) add(a *Attempt, more int) {
 	switch {
 	case r.n < inlineRecords:
-		r.first[r.n] = a
+		r.first[r.n] = *a
 	case r.n == inlineRecords:
 		r.list = make([]Attempt, inlineRecords, inlineRecords+1+more)
 		copy(r.list, r.first[:])
-		r.list = append(r.list, a)
+		r.list = append(r.list, *a)
 	default:
-		r.list = append(r.list, a)
+		r.list = append(r.list, *a)
 	}
 	r.n++
 }
@@ -488,14 +489,20 @@ func nextWait(ctx context.Context, p *Policy, try int, hint time.Duration) (time
 }
 
 // sleep waits for d and reports true, or returns false at once when ctx is
-// done first.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// done first. It reuses *t across the waits of one call, creating it on the
+// first. A timer that fired needs no Stop, and one whose wait was cut short
+// is stopped here, so none outlives Do.
+func sleep(ctx context.Context, t **time.Timer, d time.Duration) bool {
+	if *t == nil {
+		*t = time.NewTimer(d)
+	} else {
+		(*t).Reset(d)
+	}
 	select {
 	case <-ctx.Done():
+		(*t).Stop()
 		return false
-	case <-t.C:
+	case <-(*t).C:
 		return true
 	}
 }

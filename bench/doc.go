@@ -17,9 +17,14 @@
 //   - Fallover: three backends; the first two fail once each with an error
 //     that is not retryable there, the third answers.
 //   - Exhausted: three backends of three tries each, all failing.
+//   - TwoFailuresWaiting, ExhaustedWaiting: the same work with a 1ns wait,
+//     so that every library, llmretry included, arms a timer per retry
+//     (llmretry arms none for a zero wait; the peers always do).
 //   - Parked: many concurrent calls (100,000; 10,000 with -short) parked
-//     in a long retry wait; reports the live heap bytes (B/parked) and
-//     objects (allocs/parked) each parked call holds.
+//     in a long retry wait; reports the live heap bytes (B/parked),
+//     objects (allocs/parked) and goroutine stack bytes (stack-B/parked)
+//     each parked call holds. run.sh sets GODEBUG=adaptivestackstart=0 so
+//     that stacks start at 2 KiB whatever ran before.
 //   - WaitPrecision/{1ms,10ms,100ms}: the real clock; reports how far each
 //     library's wait overshoots the asked length (over-p50-ns, over-p99-ns),
 //     with direct using time.Sleep as the reference.

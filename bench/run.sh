@@ -21,12 +21,16 @@ BENCHTIME="${BENCHTIME:-}"
 OUT="${OUT:-results.txt}"
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
+# Goroutines start on a fixed 2 KiB stack, not one sized from earlier GCs,
+# so that Parked's stack-B/parked compares libraries fairly in one process.
+export GODEBUG="${GODEBUG:+$GODEBUG,}adaptivestackstart=0"
+
 args=(test -run '^$' -bench "$BENCH" -benchmem -count "$COUNT")
 if [[ -n "$BENCHTIME" ]]; then
 	args+=(-benchtime "$BENCHTIME")
 fi
 
-echo "# go ${args[*]}    ($(go version))" >&2
+echo "# GODEBUG=$GODEBUG go ${args[*]}    ($(go version))" >&2
 go "${args[@]}" . | tee "$OUT"
 
 echo
