@@ -215,6 +215,10 @@ func buildFailsafe(p plan) doFunc {
 	}
 }
 
+// The peers' loops over the backends below repeat one another on purpose:
+// a shared helper would put an extra indirect call in every peer's timed
+// path, and no peer may be slowed down.
+
 // buildBackoff5 follows backoff's README: Retry with options built once (a
 // ZeroBackOff or ConstantBackOff is stateless, so it can be shared), and a
 // plain loop over the backends, since backoff has no fallback.
