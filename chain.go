@@ -215,7 +215,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		retrying := !nested && len(b.Retry.Waits) > 0
 		for try := 1; ; try++ {
 			if ctx.Err() != nil {
-				return zero, stopped(ctx, rec.all())
+				return zero, fail(ctx, rec.all())
 			}
 			var mark *attemptCtx
 			switch {
@@ -281,7 +281,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				// The caller already holds part of this answer: resending
 				// would duplicate it, and so would another backend.
 				c.record(ctx, &rec, &a, 0)
-				return zero, c.fail(ctx, rec.all())
+				return zero, fail(ctx, rec.all())
 			}
 			wait, again := time.Duration(0), false
 			if retrying && a.Kind.Retryable() && ctx.Err() == nil {
@@ -300,13 +300,13 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 			if wait > 0 {
 				if !sleep(ctx, &timer, wait) {
-					return zero, stopped(ctx, rec.all())
+					return zero, fail(ctx, rec.all())
 				}
 				startOff = time.Since(t0)
 			}
 		}
 	}
-	return zero, c.fail(ctx, rec.all())
+	return zero, fail(ctx, rec.all())
 }
 
 // record keeps a failed attempt and reports it to OnAttempt. more guesses
@@ -318,9 +318,10 @@ func (c *Chain[Req, Resp]) record(ctx context.Context, rec *records, a *Attempt,
 	}
 }
 
-// fail is the error of a chain that has given up, preferring the caller's
-// cancellation over the attempts' own failures.
-func (c *Chain[Req, Resp]) fail(ctx context.Context, attempts []Attempt) error {
+// fail is the error of a chain that has given up, or whose caller's
+// context is done: the caller's cancellation wins over the attempts' own
+// failures, and a deadline that ran out makes it a TimedOut (or Truncated).
+func fail(ctx context.Context, attempts []Attempt) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
 		return &Cancelled{Attempts: attempts, Cause: context.Cause(ctx)}
 	}
@@ -397,14 +398,6 @@ func (r *records) all() []Attempt {
 		return append([]Attempt(nil), r.first[:r.n]...)
 	}
 	return r.list
-}
-
-// stopped is the error of a chain whose caller's context is done.
-func stopped(ctx context.Context, attempts []Attempt) error {
-	if ctxKind(ctx) == KindTimeout {
-		return exhaust(attempts, true)
-	}
-	return &Cancelled{Attempts: attempts, Cause: context.Cause(ctx)}
 }
 
 // ctxKind is the Kind of an attempt ended by a done context.
