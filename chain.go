@@ -200,15 +200,12 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	parent, _ := ctx.Value(markKey{}).(*attemptCtx)
 	nested := parent != nil && parent.retrying
 
-	// One wall-clock read per call; attempt times are offsets from it on
-	// the monotonic clock. Reading the wall clock costs more than the rest
-	// of a successful Do (#3).
-	t0 := time.Now()
 	var (
+		clock    callClock
+		startOff = time.Since(epoch) // when the next attempt starts; the monotonic clock alone (#3)
 		rec      records
-		spare    []attemptCtx  // marks for retries, allocated in batches rather than one per attempt (#3)
-		startOff time.Duration // when the next attempt starts, as an offset from t0
-		timer    *time.Timer   // one per call, reset for every wait (#3)
+		spare    []attemptCtx // marks for retries, allocated in batches rather than one per attempt (#3)
+		timer    *time.Timer  // one per call, reset for every wait (#3)
 	)
 	for bi := range c.Backends {
 		b := &c.Backends[bi]
@@ -240,19 +237,19 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 			if err == nil {
 				if c.OnAttempt != nil {
-					endOff := time.Since(t0)
+					endOff := clock.now()
 					c.OnAttempt(ctx, Attempt{
 						Backend: bi, Model: modelName(b.Model), Try: try,
-						Start: t0.Add(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
+						Start: clock.at(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 					})
 				}
 				return resp, nil
 			}
 
-			endOff := time.Since(t0)
+			endOff := clock.now()
 			a := Attempt{
 				Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-				Start: t0.Add(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
+				Start: clock.at(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 			}
 			var hint time.Duration
 			a.Status, a.RawText, hint = details(err)
@@ -302,11 +299,41 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				if !sleep(ctx, &timer, wait) {
 					return zero, fail(ctx, rec.all())
 				}
-				startOff = time.Since(t0)
+				startOff = clock.now()
 			}
 		}
 	}
 	return zero, fail(ctx, rec.all())
+}
+
+// epoch is the origin of the monotonic offsets that Do reads.
+var epoch = time.Now()
+
+// callClock tells when a call's attempts started. A successful first
+// attempt needs no time of day, and reading the wall clock costs twice what
+// the monotonic clock does and more than the rest of a successful Do (#3).
+// So Do reads only the monotonic clock, as offsets from epoch, until an
+// attempt must be recorded; then it reads the wall clock once and places
+// every Start by its monotonic offset from that reading.
+type callClock struct {
+	wall    time.Time     // the call's one wall-clock reading; zero until the first record
+	wallOff time.Duration // wall as an offset from epoch
+}
+
+// now returns the time as an offset from epoch.
+func (c *callClock) now() time.Duration {
+	if c.wall.IsZero() {
+		c.wall = time.Now()
+		c.wallOff = c.wall.Sub(epoch)
+		return c.wallOff
+	}
+	return time.Since(epoch)
+}
+
+// at returns the time at offset off from epoch. It is valid once now has
+// been called.
+func (c *callClock) at(off time.Duration) time.Time {
+	return c.wall.Add(off - c.wallOff)
 }
 
 // record keeps a failed attempt and reports it to OnAttempt. more guesses

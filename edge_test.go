@@ -189,3 +189,37 @@ func TestDoPanickingCallStopsItsTimer(t *testing.T) {
 	c.Do(context.Background(), "hi")
 	t.Fatal("Do() returned, want the backend's panic")
 }
+
+// On the real clock, the attempts' Start times fall between the moments
+// before and after Do, on both the wall and the monotonic clock, and follow
+// one another: with no wait, an attempt starts as the one before it ends.
+func TestDoStartsOnTheRealClock(t *testing.T) {
+	busy := llmretry.StatusFailure(503, nil, nil)
+	c := &chain{Backends: []backend{
+		{Model: "a", Call: newFake("a", always(busy)).Call, Retry: llmretry.Policy{Waits: []time.Duration{0, 0}}},
+		{Model: "b", Call: newFake("b", always(busy)).Call},
+	}}
+	before := time.Now()
+	_, err := c.Do(context.Background(), "hi")
+	after := time.Now()
+
+	var ex *llmretry.Exhausted
+	if !errors.As(err, &ex) || len(ex.Attempts) != 4 {
+		t.Fatalf("Do = %v, want an Exhausted with 4 attempts", err)
+	}
+	for i, a := range ex.Attempts {
+		wall := a.Start.Round(0) // the wall clock alone
+		if a.Start.Before(before) || a.Start.After(after) || wall.Before(before.Round(0)) || wall.After(after.Round(0)) {
+			t.Errorf("attempt %d Start = %v, want between %v and %v", i+1, a.Start, before, after)
+		}
+		if a.Elapsed < 0 || a.Start.Add(a.Elapsed).After(after) {
+			t.Errorf("attempt %d Elapsed = %v from %v, want it to end by %v", i+1, a.Elapsed, a.Start, after)
+		}
+		if i > 0 {
+			prev := ex.Attempts[i-1]
+			if end := prev.Start.Add(prev.Elapsed); !a.Start.Equal(end) {
+				t.Errorf("attempt %d Start = %v, want %v, when attempt %d ended", i+1, a.Start, end, i)
+			}
+		}
+	}
+}
