@@ -418,6 +418,83 @@ func BenchmarkFirstTry(b *testing.B) {
 	}.run(b)
 }
 
+// BenchmarkFirstTryDeadline is FirstTry with a context of its own for each
+// request, each with a deadline an hour away, as an agent host's turn or a
+// job's lease gives: the use llmretry is built for. The contexts are made
+// before the timed loop and taken in turn. Libraries that take the context
+// per call are set up as in FirstTry. failsafe-go, retry-go v4 and retry-go
+// v5 bind the context into their configuration, so they bind each
+// request's in the cheapest way their API offers (see bindPerCall).
+func BenchmarkFirstTryDeadline(b *testing.B) {
+	ctxs := make([]context.Context, 1024)
+	deadline := time.Now().Add(time.Hour)
+	for i := range ctxs {
+		var cancel context.CancelFunc
+		ctxs[i], cancel = context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+	}
+	for _, lib := range libraries {
+		b.Run(lib.name, func(b *testing.B) {
+			s := new(state)
+			p := plan{calls: []callFunc{fake(0, lib.transient)}, tries: 3, s: s}
+			do := lib.build(p)
+			if bind := bindPerCall[lib.name]; bind != nil {
+				do = bind(p)
+			}
+			if v, err := do(ctxs[0], s); v != 42 || err != nil || s.calls != 1 {
+				b.Fatalf("%s: got %d, %v after %d calls; want 42 after 1", lib.name, v, err, s.calls)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				s.calls = 0
+				do(ctxs[i%len(ctxs)], s)
+				i++
+			}
+		})
+	}
+}
+
+// bindPerCall sets up, for BenchmarkFirstTryDeadline, the libraries whose
+// configuration holds the context: everything but the context is built
+// once, and each request's context is bound per call.
+var bindPerCall = map[string]func(p plan) doFunc{
+	// failsafe-go: an Executor built once; WithContext copies it per call.
+	"failsafe-go": func(p plan) doFunc {
+		exec := failsafe.With(retrypolicy.NewBuilder[int]().WithMaxAttempts(p.tries).Build())
+		call := p.calls[0]
+		return func(ctx context.Context, s *state) (int, error) {
+			return exec.WithContext(ctx).Get(func() (int, error) { return call(ctx, s) })
+		}
+	},
+	// retry-go v4: the options slice built once, with the request's
+	// Context option appended per call in a slice of its own.
+	"retry-go-v4": func(p plan) doFunc {
+		opts := []retrygo4.Option{
+			retrygo4.Attempts(uint(p.tries)),
+			retrygo4.Delay(p.wait),
+			retrygo4.DelayType(retrygo4.FixedDelay),
+		}
+		call := p.calls[0]
+		return func(ctx context.Context, s *state) (int, error) {
+			return retrygo4.DoWithData(func() (int, error) { return call(ctx, s) }, append(opts[:len(opts):len(opts)], retrygo4.Context(ctx))...)
+		}
+	},
+	// retry-go v5: a retrier holds its context, so one is built per call.
+	"retry-go-v5": func(p plan) doFunc {
+		opts := []retrygo5.Option{
+			retrygo5.Attempts(uint(p.tries)),
+			retrygo5.Delay(p.wait),
+			retrygo5.DelayType(retrygo5.FixedDelay),
+		}
+		call := p.calls[0]
+		return func(ctx context.Context, s *state) (int, error) {
+			r := retrygo5.NewWithData[int](append(opts[:len(opts):len(opts)], retrygo5.Context(ctx))...)
+			return r.Do(func() (int, error) { return call(ctx, s) })
+		}
+	},
+}
+
 // BenchmarkTwoFailures: one backend fails twice with a retryable error,
 // then answers on its third and last try.
 func BenchmarkTwoFailures(b *testing.B) {

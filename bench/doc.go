@@ -13,6 +13,11 @@
 // lines up with anyone's script:
 //
 //   - FirstTry: one backend with a retry policy, success on the first try.
+//   - FirstTryDeadline: FirstTry with a context of its own per request,
+//     each with a deadline, as agent hosts and job queues call. Libraries
+//     that hold the context in their configuration (failsafe-go, retry-go
+//     v4 and v5) bind each request's per call, the cheapest way each API
+//     allows.
 //   - TwoFailures: one backend fails twice, then answers.
 //   - Fallover: three backends; the first two fail once each with an error
 //     that is not retryable there, the third answers.
