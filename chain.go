@@ -202,7 +202,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 
 	var (
 		clock    callClock
-		startOff = time.Since(epoch) // when the next attempt starts; the monotonic clock alone (#3)
+		startOff = clock.now() // when the next attempt starts; the monotonic clock alone (#3)
 		rec      records
 		spare    []attemptCtx // marks for retries, allocated in batches rather than one per attempt (#3)
 		timer    *time.Timer  // one per call, reset for every wait (#3)
@@ -237,19 +237,19 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			}
 			if err == nil {
 				if c.OnAttempt != nil {
-					endOff := clock.now()
+					start, endOff := clock.ended(startOff)
 					c.OnAttempt(ctx, Attempt{
 						Backend: bi, Model: modelName(b.Model), Try: try,
-						Start: clock.at(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
+						Start: start, Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 					})
 				}
 				return resp, nil
 			}
 
-			endOff := clock.now()
+			start, endOff := clock.ended(startOff)
 			a := Attempt{
 				Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-				Start: clock.at(startOff), Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
+				Start: start, Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
 			}
 			var hint time.Duration
 			a.Status, a.RawText, hint = details(err)
@@ -306,34 +306,41 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	return zero, fail(ctx, rec.all())
 }
 
-// epoch is the origin of the monotonic offsets that Do reads.
+// epoch is the origin of the offsets that Do reads. They are monotonic
+// readings, except inside a testing/synctest bubble, where time carries no
+// monotonic reading and they are exact differences on the bubble's fake
+// wall clock (about -26 years, far inside a Duration's range).
 var epoch = time.Now()
 
 // callClock tells when a call's attempts started. A successful first
 // attempt needs no time of day, and reading the wall clock costs twice what
 // the monotonic clock does and more than the rest of a successful Do (#3).
 // So Do reads only the monotonic clock, as offsets from epoch, until an
-// attempt must be recorded; then it reads the wall clock once and places
-// every Start by its monotonic offset from that reading.
+// attempt is reported; then it reads the wall clock once and places every
+// Start by its monotonic offset from that reading.
 type callClock struct {
-	wall    time.Time     // the call's one wall-clock reading; zero until the first record
+	wall    time.Time     // the call's one wall-clock reading; zero until an attempt is reported
 	wallOff time.Duration // wall as an offset from epoch
 }
 
-// now returns the time as an offset from epoch.
+// now returns the time as an offset from epoch, for the start of an
+// attempt.
 func (c *callClock) now() time.Duration {
-	if c.wall.IsZero() {
-		c.wall = time.Now()
-		c.wallOff = c.wall.Sub(epoch)
-		return c.wallOff
-	}
 	return time.Since(epoch)
 }
 
-// at returns the time at offset off from epoch. It is valid once now has
-// been called.
-func (c *callClock) at(off time.Duration) time.Time {
-	return c.wall.Add(off - c.wallOff)
+// ended returns, for an attempt that started at offset startOff and has
+// just ended, its Start and the offset at which it ended. The call's first
+// ended reads the wall clock.
+func (c *callClock) ended(startOff time.Duration) (start time.Time, endOff time.Duration) {
+	if c.wall.IsZero() {
+		c.wall = time.Now()
+		c.wallOff = c.wall.Sub(epoch)
+		endOff = c.wallOff
+	} else {
+		endOff = time.Since(epoch)
+	}
+	return c.wall.Add(startOff - c.wallOff), endOff
 }
 
 // record keeps a failed attempt and reports it to OnAttempt. more guesses
