@@ -457,9 +457,11 @@ func BenchmarkFirstTryDeadline(b *testing.B) {
 
 // bindPerCall sets up, for BenchmarkFirstTryDeadline, the libraries whose
 // configuration holds the context: everything but the context is built
-// once, and each request's context is bound per call.
+// once, and each request's context is bound per call. They serve that case
+// only: one backend, zero waits, nothing that aborts.
 var bindPerCall = map[string]func(p plan) doFunc{
-	// failsafe-go: an Executor built once; WithContext copies it per call.
+	// failsafe-go: an Executor built once; WithContext copies it per call,
+	// the only way its API takes a context per execution.
 	"failsafe-go": func(p plan) doFunc {
 		exec := failsafe.With(retrypolicy.NewBuilder[int]().WithMaxAttempts(p.tries).Build())
 		call := p.calls[0]
@@ -467,29 +469,23 @@ var bindPerCall = map[string]func(p plan) doFunc{
 			return exec.WithContext(ctx).Get(func() (int, error) { return call(ctx, s) })
 		}
 	},
-	// retry-go v4: the options slice built once, with the request's
-	// Context option appended per call in a slice of its own.
+	// retry-go v4: the options built once and passed as arguments, with the
+	// request's Context option last. DoWithData does not keep its options,
+	// so they stay on the stack; a slice appended per call would not.
 	"retry-go-v4": func(p plan) doFunc {
-		opts := []retrygo4.Option{
-			retrygo4.Attempts(uint(p.tries)),
-			retrygo4.Delay(p.wait),
-			retrygo4.DelayType(retrygo4.FixedDelay),
-		}
+		attempts, delay, fixed := retrygo4.Attempts(uint(p.tries)), retrygo4.Delay(p.wait), retrygo4.DelayType(retrygo4.FixedDelay)
 		call := p.calls[0]
 		return func(ctx context.Context, s *state) (int, error) {
-			return retrygo4.DoWithData(func() (int, error) { return call(ctx, s) }, append(opts[:len(opts):len(opts)], retrygo4.Context(ctx))...)
+			return retrygo4.DoWithData(func() (int, error) { return call(ctx, s) }, attempts, delay, fixed, retrygo4.Context(ctx))
 		}
 	},
-	// retry-go v5: a retrier holds its context, so one is built per call.
+	// retry-go v5: a retrier holds its context, so one is built per call,
+	// from options built once and passed as arguments, as for v4.
 	"retry-go-v5": func(p plan) doFunc {
-		opts := []retrygo5.Option{
-			retrygo5.Attempts(uint(p.tries)),
-			retrygo5.Delay(p.wait),
-			retrygo5.DelayType(retrygo5.FixedDelay),
-		}
+		attempts, delay, fixed := retrygo5.Attempts(uint(p.tries)), retrygo5.Delay(p.wait), retrygo5.DelayType(retrygo5.FixedDelay)
 		call := p.calls[0]
 		return func(ctx context.Context, s *state) (int, error) {
-			r := retrygo5.NewWithData[int](append(opts[:len(opts):len(opts)], retrygo5.Context(ctx))...)
+			r := retrygo5.NewWithData[int](attempts, delay, fixed, retrygo5.Context(ctx))
 			return r.Do(func() (int, error) { return call(ctx, s) })
 		}
 	},
