@@ -707,8 +707,9 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// The cases above wait zero between tries, as #3 asks, and llmretry starts
-// no timer for a zero wait while every peer starts one per retry. The two
+// The overhead cases (FirstTry, TwoFailures, Fallover, Exhausted) wait zero
+// between tries, as #3 asks, and llmretry starts no timer for a zero wait
+// while every peer starts one per retry. The two
 // cases below make that difference visible: the same work with the
 // smallest positive wait, 1ns, so that every library, llmretry included,
 // arms a timer for each retry.
