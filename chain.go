@@ -313,7 +313,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 var epoch = time.Now()
 
 // callClock tells when a call's attempts started. A successful first
-// attempt needs no time of day, and reading the wall clock costs twice what
+// attempt needs no time of day, and reading the wall clock costs nearly twice what
 // the monotonic clock does and more than the rest of a successful Do (#3).
 // So Do reads only the monotonic clock, as offsets from epoch, until an
 // attempt is reported; then it reads the wall clock once and places every
