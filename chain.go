@@ -6,18 +6,26 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// DefaultReserve is the time a wait must leave before the caller's
-// deadline when [Policy.Reserve] is zero: enough for one more request to
-// a slow model to finish.
+// DefaultReserve is the most time a wait must leave before the caller's
+// deadline when [Policy.Reserve] is zero: enough for one more request to a
+// slow model to finish. A call whose context had less than twice that left
+// when Do began reserves half of what it had instead, so that a short
+// deadline still leaves room for retries.
 const DefaultReserve = 60 * time.Second
 
 // DefaultMaxWait is the longest retry-after hint a backend honours when
 // [Policy.MaxWait] is zero. A longer hint ends the backend's retries.
 const DefaultMaxWait = 5 * time.Minute
+
+// minRepeat is the shortest wait that repeats under a deadline. A shorter
+// positive last wait repeats at this length: repeated every millisecond, it
+// would send thousands of requests to a provider that is already failing.
+const minRepeat = time.Second
 
 // ErrConfig is wrapped by every error that [Chain.Validate] and
 // [Chain.Do] return for a chain that is set up wrong. Match it with
@@ -25,19 +33,48 @@ const DefaultMaxWait = 5 * time.Minute
 // against a broken chain fails the same way.
 var ErrConfig = errors.New("llmretry: invalid configuration")
 
+// ErrAttemptTimeout is the cause of an attempt's context when the
+// backend's [Backend.Timeout] ends it. HTTP clients report it in their
+// errors (net/http gives `Post "…": llmretry: attempt timeout`), so
+// [Classify] of any error that wraps it is [KindTimeout], and
+// errors.Is(ErrAttemptTimeout, context.DeadlineExceeded) is true.
+var ErrAttemptTimeout error = &ownDeadline{"llmretry: attempt timeout"}
+
+// ErrStalled is the cause of an attempt's context when the backend's
+// [Backend.StallTimeout] ends it: no output for that long. Like
+// [ErrAttemptTimeout], it classifies as [KindTimeout] and matches
+// context.DeadlineExceeded.
+var ErrStalled error = &ownDeadline{"llmretry: attempt stalled"}
+
+// ownDeadline is the type of the causes the chain gives the contexts it
+// ends on its own timers.
+type ownDeadline struct{ msg string }
+
+func (e *ownDeadline) Error() string { return e.msg }
+
+// Is reports true for context.DeadlineExceeded: to everything above the
+// backend, our own timer running out is a deadline.
+func (e *ownDeadline) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// Timeout reports true, as net.Error timeouts do.
+func (e *ownDeadline) Timeout() bool { return true }
+
 // Policy says when one backend is tried again after a retryable failure.
 // The zero Policy makes one attempt and no retries.
 type Policy struct {
 	// Waits are the waits before the 1st, 2nd, ... retry in this backend.
 	// Without a deadline on the context, len(Waits) bounds the retries;
-	// with one, the last wait repeats while Reserve still fits, unless it
-	// is zero. Empty means no retries, and then the other fields must be
-	// zero.
+	// with one, the last wait repeats while Reserve still fits. A zero last
+	// wait does not repeat, and a positive one shorter than a second
+	// repeats at a second: repeats that fast would be a request storm.
+	// Empty means no retries, and then the other fields must be zero.
 	Waits []time.Duration
 	// Reserve is the time that must remain before the context's deadline
 	// after a wait, or the wait is not taken and the backend gives up.
-	// 0 means DefaultReserve; negative means none, though a wait must still
-	// end before the deadline.
+	// 0 means DefaultReserve, but never more than half of the time the
+	// context had left when Do began, so a 30s deadline reserves 15s;
+	// negative means none, though a wait must still end before the
+	// deadline.
 	Reserve time.Duration
 	// MaxWait caps a server's retry-after hint: a longer hint ends this
 	// backend's retries instead of parking the caller. 0 means
@@ -58,31 +95,45 @@ type Backend[Req, Resp any] struct {
 	// attempt mark; pass that context on (to the HTTP request, to a nested
 	// Chain) so that deadlines, cancellation, [Delivered] and nesting work.
 	// To say how it failed, return a [*Failure] (or wrap one with %w).
+	//
+	// Call must return soon after its context is done, as net/http does.
+	// Do waits for it: a Call that ignores its context holds Do past the
+	// caller's cancel and past Timeout, and the chain can do nothing about
+	// it from the calling goroutine.
 	Call func(ctx context.Context, req Req) (Resp, error)
 	// Retry is the retry policy within this backend. The zero value makes
 	// one attempt, no retries.
 	Retry Policy
-	// Timeout is each attempt's response deadline; an attempt that hits it
-	// is [KindTimeout], retried as the policy allows. 0 means none.
+	// Timeout bounds each attempt as a whole; an attempt that hits it is
+	// [KindTimeout], retried as the policy allows. 0 means none.
 	Timeout time.Duration
+	// StallTimeout is the longest an attempt may go without output: from
+	// its start to its first [Delivered] call, and between later ones. A
+	// streaming Call calls Delivered with every chunk it hands over, so a
+	// healthy stream runs as long as it keeps sending, while one that
+	// stalls is ended with [KindTimeout]: retried when nothing was
+	// delivered yet, returned at once when something was. 0 means none.
+	StallTimeout time.Duration
 }
 
 // Chain runs its backends in order: it retries within a backend after
 // timed waits and falls over to the next backend when one gives up. A
 // Chain is immutable once built and safe for concurrent Do calls; each
-// call's state stays on its own stack. The zero Chain has no backends, and
-// its Do returns an [ErrConfig] error.
+// call's state stays its own. The zero Chain has no backends, and its Do
+// returns an [ErrConfig] error.
 type Chain[Req, Resp any] struct {
 	// Backends are tried in order. At least one is required.
 	Backends []Backend[Req, Resp]
 	// Classify decides the Kind of a backend's error. nil means the
 	// package's [Classify]. It replaces that function whole; it is not
 	// consulted for attempts ended by the caller's context or by the
-	// backend's Timeout.
+	// backend's Timeout or StallTimeout.
 	Classify func(error) Kind
 	// OnAttempt, when set, is called with every attempt as it ends, success
-	// (Err == nil) included, before any wait and with RetryIn already set.
-	// It runs on Do's goroutine: keep it quick.
+	// (Err == nil) included, with Next, Why and RetryIn already decided and
+	// before any wait. It runs on Do's goroutine, and its time is not
+	// charged to any attempt; a wait that no longer fits once it returns is
+	// not taken (the record in the returned error then says why).
 	OnAttempt func(ctx context.Context, a Attempt)
 }
 
@@ -95,10 +146,10 @@ func (e *configError) Unwrap() error       { return ErrConfig }
 func (e *configError) ItemRetryable() bool { return false }
 
 // Validate reports the first configuration mistake in the chain, or nil:
-// no backends, a nil Call, a negative wait or Timeout, a Jitter outside
-// [0, 1], or Reserve, MaxWait or Jitter set while Waits is empty. The
-// error names the backend by index and Model and wraps [ErrConfig]. Do
-// runs the same checks before calling any backend.
+// no backends, a nil Call, a negative wait, Timeout or StallTimeout, a
+// Jitter outside [0, 1], or Reserve, MaxWait or Jitter set while Waits is
+// empty. The error names the backend by index and Model and wraps
+// [ErrConfig]. Do runs the same checks before calling any backend.
 func (c *Chain[Req, Resp]) Validate() error {
 	if c == nil {
 		return &configError{"llmretry: chain is nil"}
@@ -124,6 +175,9 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 	}
 	if b.Timeout < 0 {
 		return bad("timeout " + b.Timeout.String() + " is negative")
+	}
+	if b.StallTimeout < 0 {
+		return bad("stall timeout " + b.StallTimeout.String() + " is negative")
 	}
 	p := &b.Retry
 	for j, w := range p.Waits {
@@ -157,32 +211,19 @@ func modelName(model string) string {
 	return model
 }
 
-// callWithTimeout makes one attempt under mark and the backend's Timeout,
-// and reports whether that Timeout ended it. The timer is stopped in a
-// defer, so a panicking Call cannot leave it running.
-func (b *Backend[Req, Resp]) callWithTimeout(ctx context.Context, mark *attemptCtx, req Req) (Resp, bool, error) {
-	tctx, cancel := context.WithTimeoutCause(ctx, b.Timeout, errAttemptTimeout)
-	defer cancel()
-	mark.Context = tctx
-	resp, err := b.Call(mark, req)
-	return resp, context.Cause(tctx) == errAttemptTimeout, err
-}
-
-// errAttemptTimeout is the cause of a context ended by Backend.Timeout, so
-// that it can be told apart from the caller's own deadline.
-var errAttemptTimeout = errors.New("llmretry: attempt timeout")
-
 // Do sends req through the chain and returns the first successful
 // response. When every backend has failed it returns the typed error that
 // [Exhaust] chooses ([*Truncated], [*TimedOut] or [*Exhausted]); when ctx
 // is cancelled or an attempt fails with [KindCancelled], a [*Cancelled] at
-// once. Each carries a record of every failed attempt. When ctx's deadline
-// passes, Do stops and returns a [*TimedOut] (or [*Truncated], by
-// precedence). A chain that is set up wrong returns the [ErrConfig] error
-// of [Chain.Validate] before any backend is called.
+// once. Each carries a record of every failed attempt, whose Next and Why
+// say what the chain did after it. When ctx's deadline passes, Do stops
+// and returns a [*TimedOut] (or [*Truncated], by precedence). A chain that
+// is set up wrong returns the [ErrConfig] error of [Chain.Validate] before
+// any backend is called.
 //
 // Do run by a backend of another chain that retries (a nested chain) makes
-// one attempt per backend and never waits, so retries do not multiply.
+// one attempt per backend and never waits, so retries do not multiply;
+// see [Standalone] for a chain that should retry on its own.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	var zero Resp
 	if err := c.Validate(); err != nil {
@@ -191,303 +232,199 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	if ctx == nil {
 		return zero, &configError{"llmretry: context is nil"}
 	}
-	classify := c.Classify
-	if classify == nil {
-		classify = Classify
+	r := c.begin(ctx)
+	for bi := range c.Backends {
+		b := &c.Backends[bi]
+		last := bi == len(c.Backends)-1
+		for try := 1; ; try++ {
+			if err := ctx.Err(); err != nil {
+				r.halt(whyCtx(err))
+				return zero, r.fail(err, context.Cause(ctx))
+			}
+			resp, a, end := r.send(b, bi, try, req)
+			if a.Err == nil {
+				r.report(a)
+				return resp, nil
+			}
+			wait := r.decide(b, &a, end, last)
+			r.record(a)
+			if a.Kind == KindCancelled || end.ctxErr != nil {
+				// The outcome is the state when the attempt ended, whatever
+				// happened during OnAttempt.
+				return zero, r.fail(end.ctxErr, end.cause)
+			}
+			if a.Next == NextRetry && r.wait(b, wait, last) {
+				continue
+			}
+			if r.lastNext() == NextFallOver {
+				break
+			}
+			return zero, r.fail(ctx.Err(), context.Cause(ctx))
+		}
+	}
+	// Not reached: the last backend's last record always says stop.
+	return zero, r.fail(ctx.Err(), context.Cause(ctx))
+}
+
+// call is the state of one Do.
+type call[Req, Resp any] struct {
+	c        *Chain[Req, Resp]
+	ctx      context.Context
+	classify func(error) Kind
+	parent   *attemptCtx   // the enclosing chain's attempt, nil when there is none
+	nested   bool          // an enclosing attempt may be retried: make one attempt per backend
+	reserve  time.Duration // what a zero Policy.Reserve means for this call
+	attempts []Attempt     // every failed attempt so far
+}
+
+// begin starts the state of one Do under ctx.
+func (c *Chain[Req, Resp]) begin(ctx context.Context) call[Req, Resp] {
+	r := call[Req, Resp]{c: c, ctx: ctx, classify: c.Classify, reserve: DefaultReserve}
+	if r.classify == nil {
+		r.classify = Classify
 	}
 	// Only the outermost retrying request retries: an LM that wraps an LM
 	// would otherwise turn k retries into (k+1)² requests.
-	parent, _ := ctx.Value(markKey{}).(*attemptCtx)
-	nested := parent != nil && parent.retrying
-
-	var (
-		clock    callClock
-		startOff = clock.now() // when the next attempt starts; the monotonic clock alone (#3)
-		rec      records
-		spare    []attemptCtx // marks for retries, allocated in batches rather than one per attempt (#3)
-		timer    *time.Timer  // one per call, reset for every wait (#3)
-	)
-	for bi := range c.Backends {
-		b := &c.Backends[bi]
-		retrying := !nested && len(b.Retry.Waits) > 0
-		for try := 1; ; try++ {
-			if ctx.Err() != nil {
-				return zero, fail(ctx, rec.all())
-			}
-			var mark *attemptCtx
-			switch {
-			case rec.n == 0:
-				mark = new(attemptCtx) // the first attempt: the success path's one allocation
-			case len(spare) == 0:
-				spare = make([]attemptCtx, c.remaining(bi, try, retrying))
-				fallthrough
-			default:
-				mark, spare = &spare[0], spare[1:]
-			}
-			mark.Context, mark.parent, mark.retrying = ctx, parent, retrying || nested
-			var (
-				resp            Resp
-				err             error
-				attemptTimedOut bool
-			)
-			if b.Timeout > 0 {
-				resp, attemptTimedOut, err = b.callWithTimeout(ctx, mark, req)
-			} else {
-				resp, err = b.Call(mark, req)
-			}
-			if err == nil {
-				if c.OnAttempt != nil {
-					start, endOff := clock.ended(startOff)
-					c.OnAttempt(ctx, Attempt{
-						Backend: bi, Model: modelName(b.Model), Try: try,
-						Start: start, Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
-					})
-				}
-				return resp, nil
-			}
-
-			start, endOff := clock.ended(startOff)
-			a := Attempt{
-				Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-				Start: start, Elapsed: endOff - startOff, Delivered: mark.delivered.Load(),
-			}
-			var hint time.Duration
-			a.Status, a.RawText, hint = details(err)
-			switch {
-			case ctx.Err() != nil:
-				// The caller's context ended the attempt, whatever the
-				// backend made of it.
-				a.Kind = ctxKind(ctx)
-			case attemptTimedOut:
-				// Our own per-attempt timer ended it: a timeout, whatever
-				// error the backend wrapped it in.
-				a.Kind = KindTimeout
-			default:
-				a.Kind = classify(err)
-			}
-
-			if a.Kind == KindCancelled {
-				c.record(ctx, &rec, &a, 0)
-				cause := err
-				if ctx.Err() != nil {
-					cause = context.Cause(ctx)
-				}
-				return zero, &Cancelled{Attempts: rec.all(), Cause: cause}
-			}
-			if a.Delivered {
-				// The caller already holds part of this answer: resending
-				// would duplicate it, and so would another backend.
-				c.record(ctx, &rec, &a, 0)
-				return zero, fail(ctx, rec.all())
-			}
-			wait, again := time.Duration(0), false
-			if retrying && a.Kind.Retryable() && ctx.Err() == nil {
-				wait, again = nextWait(ctx, &b.Retry, try, hint)
-			}
-			if again {
-				a.RetryIn = wait
-			}
-			c.record(ctx, &rec, &a, c.planned(bi, try+1, again))
-			// Without a wait the next attempt starts now; the few
-			// nanoseconds of bookkeeping since endOff are not worth a
-			// clock read.
-			startOff = endOff
-			if !again {
-				break // fall over to the next backend
-			}
-			if wait > 0 {
-				if !sleep(ctx, &timer, wait) {
-					return zero, fail(ctx, rec.all())
-				}
-				startOff = clock.now()
-			}
-		}
+	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
+	r.nested = r.parent != nil && r.parent.retrying
+	// A 60s reserve under a 30s deadline would turn off every retry, even
+	// the zero waits; half of what is left keeps room for both.
+	if deadline, ok := ctx.Deadline(); ok {
+		r.reserve = min(DefaultReserve, time.Until(deadline)/2)
 	}
-	return zero, fail(ctx, rec.all())
+	return r
 }
 
-// epoch is the origin of the offsets that Do reads. They are monotonic
-// readings, except inside a testing/synctest bubble, where time carries no
-// monotonic reading and they are exact differences on the bubble's fake
-// wall clock (about -26 years, far inside a Duration's range).
-var epoch = time.Now()
-
-// callClock tells when a call's attempts started. A successful first
-// attempt needs no time of day, and reading the wall clock costs nearly twice what
-// the monotonic clock does and more than the rest of a successful Do (#3).
-// So Do reads only the monotonic clock, as offsets from epoch, until an
-// attempt is reported; then it reads the wall clock once and places every
-// Start by its monotonic offset from that reading.
-type callClock struct {
-	wall    time.Time     // the call's one wall-clock reading; zero until an attempt is reported
-	wallOff time.Duration // wall as an offset from epoch
+// ended is the state of the world when an attempt's Call returned.
+type ended struct {
+	ctxErr error // the caller's context's Err, nil while it was live
+	cause  error // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
+	own    bool  // the backend's Timeout or StallTimeout ended the attempt
 }
 
-// now returns the time as an offset from epoch, for the start of an
-// attempt.
-func (c *callClock) now() time.Duration {
-	return time.Since(epoch)
-}
-
-// ended returns, for an attempt that started at offset startOff and has
-// just ended, its Start and the offset at which it ended. The call's first
-// ended reads the wall clock.
-func (c *callClock) ended(startOff time.Duration) (start time.Time, endOff time.Duration) {
-	if c.wall.IsZero() {
-		c.wall = time.Now()
-		c.wallOff = c.wall.Sub(epoch)
-		endOff = c.wallOff
-	} else {
-		endOff = time.Since(epoch)
+// send makes one attempt of backend b and returns its response and
+// record. For a failure, the record has its Kind and details; decide sets
+// what follows.
+func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
+	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
+	start := time.Now()
+	resp, err, own := b.call(mark, req)
+	a := Attempt{
+		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
+		Start: start, Elapsed: time.Since(start), Delivered: mark.delivered.Load(),
 	}
-	return c.wall.Add(startOff - c.wallOff), endOff
-}
-
-// record keeps a failed attempt and reports it to OnAttempt. more guesses
-// how many attempts may follow it.
-func (c *Chain[Req, Resp]) record(ctx context.Context, rec *records, a *Attempt, more int) {
-	rec.add(a, more)
-	if c.OnAttempt != nil {
-		c.OnAttempt(ctx, *a)
+	end := ended{ctxErr: r.ctx.Err(), own: own}
+	if err == nil {
+		return resp, a, end
 	}
-}
-
-// fail is the error of a chain that has given up, or whose caller's
-// context is done: the caller's cancellation wins over the attempts' own
-// failures, and a deadline that ran out makes it a TimedOut (or Truncated).
-func fail(ctx context.Context, attempts []Attempt) error {
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return &Cancelled{Attempts: attempts, Cause: context.Cause(ctx)}
-	}
-	return exhaust(attempts, ctx.Err() != nil)
-}
-
-// remaining guesses how many attempts a call may still make from try number
-// try of backend bi: the rest of that backend's listed tries when it is
-// being retried, and one try for each backend after it. It sizes
-// allocations, so it is capped: a long policy should not cost memory up
-// front for failures that rarely all happen.
-func (c *Chain[Req, Resp]) remaining(bi, try int, retried bool) int {
-	n := len(c.Backends) - bi - 1
-	if retried {
-		n += max(len(c.Backends[bi].Retry.Waits)+2-try, 1)
-	}
-	return min(max(n, 1), 16)
-}
-
-// planned is how many attempts the policies allow from try number try of
-// backend bi, without a deadline: the rest of that backend's tries when it
-// is being retried, and every try of the backends after it. It sizes the
-// records once a call has failed often enough to spill them to the heap,
-// when a failing outage is the likely story. It is capped like remaining.
-func (c *Chain[Req, Resp]) planned(bi, try int, retried bool) int {
-	n := 0
-	if retried {
-		n = max(len(c.Backends[bi].Retry.Waits)+2-try, 1)
-	}
-	for i := bi + 1; i < len(c.Backends) && n < 32; i++ {
-		n += len(c.Backends[i].Retry.Waits) + 1
-	}
-	return min(n, 32)
-}
-
-// records holds a call's failed attempts. The first few stay in an array
-// in the struct, on Do's stack, and are copied to the heap only when an
-// error needs them, so a call that fails a few times and then succeeds, or
-// one parked in a wait, keeps no record on the heap (#3). The array is
-// never sliced into a slice that escapes, or escape analysis would move it
-// to the heap for every call.
-type records struct {
-	n     int
-	first [inlineRecords]Attempt
-	list  []Attempt // every record, once there are more than fit in first
-}
-
-// inlineRecords is how many records a call keeps before it allocates: enough
-// for the common outage of a few failures followed by a success.
-const inlineRecords = 4
-
-// add appends a; more guesses how many records may follow, so that a
-// spilled list is allocated once with room for them.
-func (r *records) add(a *Attempt, more int) {
+	kind, d := outcomeOf(err)
+	a.Status, a.RawText, a.RetryAfter = d.status, d.raw, d.hint
 	switch {
-	case r.n < inlineRecords:
-		r.first[r.n] = *a
-	case r.n == inlineRecords:
-		r.list = make([]Attempt, inlineRecords, inlineRecords+1+more)
-		copy(r.list, r.first[:])
-		r.list = append(r.list, *a)
+	case end.ctxErr != nil:
+		// The caller's context ended the attempt, whatever the backend made
+		// of it.
+		a.Kind, end.cause = ctxKind(end.ctxErr), context.Cause(r.ctx)
+	case own:
+		// Our own timer ended it: a timeout, whatever error the backend
+		// wrapped it in.
+		a.Kind = KindTimeout
+	case r.c.Classify == nil:
+		a.Kind = kind // what Classify would say, without walking the tree twice
 	default:
-		r.list = append(r.list, *a)
+		a.Kind = r.classify(err)
 	}
-	r.n++
+	if a.Kind == KindCancelled && end.cause == nil {
+		end.cause = err // the backend reported the withdrawal
+	}
+	return resp, a, end
 }
 
-// all returns the records in order, on the heap; nil when there are none.
-func (r *records) all() []Attempt {
+// call sends one request under the attempt's own limits, Timeout for the
+// whole attempt and StallTimeout between outputs, and reports whether one
+// of them ended it. Without either it calls the backend on the mark
+// itself: the success path's one allocation.
+func (b *Backend[Req, Resp]) call(mark *attemptCtx, req Req) (resp Resp, err error, own bool) {
+	if b.Timeout <= 0 && b.StallTimeout <= 0 {
+		resp, err = b.Call(mark, req)
+		return resp, err, false
+	}
+	ctx := mark.Context
+	if b.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, b.Timeout, ErrAttemptTimeout)
+		defer cancel()
+	}
+	if b.StallTimeout > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		mark.stall = &stallTimer{d: b.StallTimeout}
+		mark.stall.t = time.AfterFunc(b.StallTimeout, func() { cancel(ErrStalled) })
+		// Stopped before the context is cancelled, and for good: a
+		// goroutine the backend left behind cannot re-arm it.
+		defer mark.stall.stop()
+	}
+	mark.Context = ctx
+	resp, err = b.Call(mark, req)
+	cause := context.Cause(ctx)
+	return resp, err, cause == ErrAttemptTimeout || cause == ErrStalled
+}
+
+// decide sets a failed attempt's Next and Why, and returns the wait before
+// the retry when Next is NextRetry. last says whether b is the chain's
+// last backend.
+func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended, last bool) time.Duration {
+	var why Why
 	switch {
-	case r.n == 0:
-		return nil
-	case r.n <= inlineRecords:
-		return append([]Attempt(nil), r.first[:r.n]...)
-	}
-	return r.list
-}
-
-// ctxKind is the Kind of an attempt ended by a done context.
-func ctxKind(ctx context.Context) Kind {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return KindTimeout
-	}
-	return KindCancelled
-}
-
-// details extracts what a backend's error says beyond its Kind: the HTTP
-// status, the model's raw output and the server's retry-after hint. A
-// nested chain's error answers with its last attempt.
-func details(err error) (status int, raw *string, hint time.Duration) {
-	// A bare *Failure is the common case; skip the walks below (#3).
-	if f, ok := err.(*Failure); ok && f != nil && f.Err == nil {
-		return f.Status, f.RawText, f.RetryAfter
-	}
-	var last *Attempt
-	if e, ok := asType[*Exhausted](err); ok {
-		if n := len(e.Attempts); n > 0 {
-			last = &e.Attempts[n-1]
-		}
-	} else if e, ok := asType[*Cancelled](err); ok {
-		if n := len(e.Attempts); n > 0 {
-			last = &e.Attempts[n-1]
+	case a.Kind == KindCancelled:
+		why = WhyCancelled
+	case end.ctxErr != nil:
+		why = WhyDeadline
+	case a.Delivered:
+		// The caller already holds part of this answer: resending would
+		// duplicate it, and so would another backend.
+		why = WhyDelivered
+	case !a.Kind.Retryable():
+		why = WhyNotRetryable
+	case r.nested:
+		why = WhyNested
+	default:
+		var w time.Duration
+		if w, why = r.nextWait(&b.Retry, a.Try, a.RetryAfter, time.Now()); why == "" {
+			a.Next, a.RetryIn = NextRetry, w
+			return w
 		}
 	}
-	if last != nil {
-		_, _, hint = details(last.Err)
-		return last.Status, last.RawText, hint
+	a.Next, a.Why = giveUp(why, last), why
+	return 0
+}
+
+// giveUp is what follows an attempt that is not retried for reason why.
+func giveUp(why Why, last bool) Next {
+	switch {
+	case last, why == WhyCancelled, why == WhyDeadline, why == WhyDelivered:
+		return NextStop
 	}
-	if f, ok := asType[*Failure](err); ok && f != nil {
-		return f.Status, f.RawText, f.RetryAfter
-	}
-	return 0, nil, 0
+	return NextFallOver
 }
 
 // nextWait returns the wait before the retry that follows failed try
-// number try, and false when this backend should not be tried again.
-func nextWait(ctx context.Context, p *Policy, try int, hint time.Duration) (time.Duration, bool) {
-	deadline, hasDeadline := ctx.Deadline()
+// number try, decided at now, or why there is none. hint is the server's
+// retry-after.
+func (r *call[Req, Resp]) nextWait(p *Policy, try int, hint time.Duration, now time.Time) (time.Duration, Why) {
+	_, hasDeadline := r.ctx.Deadline()
+	n := len(p.Waits)
 	var w time.Duration
 	switch {
-	case try <= len(p.Waits):
-		w = p.Waits[try-1]
-	case hasDeadline && p.Waits[len(p.Waits)-1] > 0:
+	case try <= n:
+		w = jitter(p.Waits[try-1], p.Jitter)
+	case hasDeadline && n > 0 && p.Waits[n-1] > 0:
 		// The last wait repeats, bounded by the deadline. A zero last wait
 		// does not: repeated, it would be a request storm until the
 		// deadline, hammering a paid API that is already failing.
-		w = p.Waits[len(p.Waits)-1]
+		w = max(jitter(p.Waits[n-1], p.Jitter), minRepeat)
 	default:
-		return 0, false // without a deadline the list is the bound, so a call can't wait forever
-	}
-	if p.Jitter > 0 && w > 0 {
-		w -= time.Duration(p.Jitter * rand.Float64() * float64(w))
+		return 0, WhyWaitsUsed // without a deadline the list is the bound, so a call can't wait forever
 	}
 	if hint > 0 {
 		maxWait := p.MaxWait
@@ -496,57 +433,148 @@ func nextWait(ctx context.Context, p *Policy, try int, hint time.Duration) (time
 		}
 		// A hostile or broken server must not park a caller for a day.
 		if maxWait > 0 && hint > maxWait {
-			return 0, false
+			return 0, WhyMaxWait
 		}
 		w = max(w, hint)
 	}
-	if hasDeadline {
-		reserve := p.Reserve
-		if reserve == 0 {
-			reserve = DefaultReserve
-		}
-		// Check before sleeping: a wait that leaves no time to use it only
-		// turns a backend's error into a deadline error.
-		left := time.Until(deadline)
-		if w >= left || left-w < reserve {
-			return 0, false
-		}
+	if !r.fits(p, w, now) {
+		return 0, WhyReserve
 	}
-	return w, true
+	return w, ""
 }
 
-// sleep waits for d and reports true, or returns false at once when ctx is
-// done first. It reuses *t across the waits of one call, creating it on the
-// first. A timer that fired needs no Stop, and one whose wait was cut short
-// is stopped here, so none outlives Do.
-func sleep(ctx context.Context, t **time.Timer, d time.Duration) bool {
-	if *t == nil {
-		*t = time.NewTimer(d)
-	} else {
-		(*t).Reset(d)
+// jitter draws a wait from [w*(1-j), w].
+func jitter(w time.Duration, j float64) time.Duration {
+	if j > 0 && w > 0 {
+		w -= time.Duration(j * rand.Float64() * float64(w))
 	}
-	select {
-	case <-ctx.Done():
-		(*t).Stop()
-		return false
-	case <-(*t).C:
+	return w
+}
+
+// fits reports whether a wait of w that starts at now ends before the
+// caller's deadline with the reserve still left. Checked before sleeping: a
+// wait that leaves no time to use it only turns a backend's error into a
+// deadline error.
+func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
+	deadline, ok := r.ctx.Deadline()
+	if !ok {
 		return true
 	}
+	reserve := p.Reserve
+	switch {
+	case reserve == 0:
+		reserve = r.reserve
+	case reserve < 0:
+		reserve = 0
+	}
+	left := deadline.Sub(now)
+	return w < left && left-w >= reserve
+}
+
+// wait sleeps for w before a retry of backend b and reports true, or
+// corrects the last record and reports false when the retry is off: the
+// wait no longer fits after OnAttempt (decided and started from one clock
+// reading), or the caller's context ended first.
+func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration, last bool) bool {
+	if err := r.ctx.Err(); err != nil {
+		r.halt(whyCtx(err))
+		return false
+	}
+	if !r.fits(&b.Retry, w, time.Now()) {
+		a := &r.attempts[len(r.attempts)-1]
+		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, last), WhyReserve, 0
+		return false
+	}
+	if w == 0 {
+		return true // no timer for a zero wait
+	}
+	t := time.NewTimer(w)
+	defer t.Stop()
+	select {
+	case <-r.ctx.Done():
+		r.halt(whyCtx(r.ctx.Err()))
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// record keeps a failed attempt and reports it.
+func (r *call[Req, Resp]) record(a Attempt) {
+	r.attempts = append(r.attempts, a)
+	r.report(a)
+}
+
+// report hands an attempt to OnAttempt.
+func (r *call[Req, Resp]) report(a Attempt) {
+	if r.c.OnAttempt != nil {
+		r.c.OnAttempt(r.ctx, a)
+	}
+}
+
+// halt marks the last record as the one after which Do stopped, for why,
+// so that the records in an error say what actually happened, even when
+// OnAttempt was told otherwise.
+func (r *call[Req, Resp]) halt(why Why) {
+	if n := len(r.attempts); n > 0 && r.attempts[n-1].Next != NextStop {
+		a := &r.attempts[n-1]
+		a.Next, a.Why, a.RetryIn = NextStop, why, 0
+	}
+}
+
+// lastNext is what followed the last failed attempt.
+func (r *call[Req, Resp]) lastNext() Next {
+	return r.attempts[len(r.attempts)-1].Next
+}
+
+// fail is the error of a call that has stopped. ctxErr and cause are the
+// caller's context's Err and Cause when it stopped (nil while it was live;
+// for a withdrawal that the backend reported, context.Canceled and the
+// backend's error): the caller's cancellation wins over the attempts' own
+// failures, and a deadline that ran out makes it a TimedOut (or
+// Truncated).
+func (r *call[Req, Resp]) fail(ctxErr, cause error) error {
+	if n := len(r.attempts); ctxErr == nil && n > 0 && r.attempts[n-1].Kind == KindCancelled {
+		ctxErr = context.Canceled
+	}
+	if errors.Is(ctxErr, context.Canceled) {
+		return &Cancelled{Attempts: r.attempts, Cause: cause}
+	}
+	if ctxErr != nil {
+		return exhaust(r.attempts, true, cause)
+	}
+	return exhaust(r.attempts, false, nil)
+}
+
+// ctxKind is the Kind of an attempt ended by a done context.
+func ctxKind(ctxErr error) Kind {
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return KindTimeout
+	}
+	return KindCancelled
+}
+
+// whyCtx is the reason a done context gives for stopping.
+func whyCtx(ctxErr error) Why {
+	if errors.Is(ctxErr, context.DeadlineExceeded) {
+		return WhyDeadline
+	}
+	return WhyCancelled
 }
 
 // markKey finds the innermost attempt mark in a context.
 type markKey struct{}
 
 // attemptCtx is the context a backend's Call receives: the caller's
-// context plus the attempt's mark. Being a context itself, rather than a
-// value stored with context.WithValue, it costs one allocation per attempt
-// (#3). The context package still finds the parent's cancellation through
-// Value, so no goroutine is started to propagate it.
+// context (or the attempt's own, under a Timeout or StallTimeout) plus the
+// attempt's mark. The context package still finds the parent's
+// cancellation through Value, so no goroutine is started to propagate it.
 type attemptCtx struct {
 	context.Context
 	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
 	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
 	delivered atomic.Bool // output has reached the caller: never resend
+	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
 }
 
 // Value returns the attempt itself for markKey and asks the parent
@@ -558,13 +586,40 @@ func (a *attemptCtx) Value(key any) any {
 	return a.Context.Value(key)
 }
 
+// stallTimer ends an attempt that goes StallTimeout without output.
+type stallTimer struct {
+	d    time.Duration
+	mu   sync.Mutex
+	t    *time.Timer
+	done bool
+}
+
+// touch restarts the timer: the attempt has just produced output.
+func (s *stallTimer) touch() {
+	s.mu.Lock()
+	if !s.done {
+		s.t.Reset(s.d)
+	}
+	s.mu.Unlock()
+}
+
+// stop stops the timer for good.
+func (s *stallTimer) stop() {
+	s.mu.Lock()
+	s.done = true
+	s.t.Stop()
+	s.mu.Unlock()
+}
+
 // Delivered tells the chain that the attempt running under ctx has handed
 // output to the caller, such as a streamed chunk. From then on a failure
 // of that attempt is returned at once: it is not sent again and no other
-// backend is tried, because the caller already holds part of an answer. In
-// nested chains it marks every enclosing chain's attempt too. With a
-// context that is not an attempt's, Delivered does nothing. It is safe to
-// call from any goroutine, and more than once.
+// backend is tried, because the caller already holds part of an answer. A
+// streaming backend calls it with every chunk it hands over, which also
+// restarts the attempt's [Backend.StallTimeout]. In nested chains it marks
+// every enclosing chain's attempt too, up to a [Standalone] context. With
+// a context that is not an attempt's, Delivered does nothing. It is safe
+// to call from any goroutine, and as often as needed.
 func Delivered(ctx context.Context) {
 	if ctx == nil {
 		return
@@ -572,5 +627,28 @@ func Delivered(ctx context.Context) {
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
+		if a.stall != nil {
+			a.stall.touch()
+		}
 	}
+}
+
+// Standalone returns a context under which a Chain runs on its own: it
+// retries by its own policies even inside another chain's attempt, and
+// its [Delivered] calls do not mark the enclosing attempt. Use it for an
+// unrelated chain that a backend calls, such as moderation or embeddings;
+// an LM that wraps an LM should pass its context on unchanged, so that
+// retries do not multiply. Cancellation and deadlines still flow from ctx.
+func Standalone(ctx context.Context) context.Context {
+	return standaloneCtx{ctx}
+}
+
+// standaloneCtx hides the enclosing attempt's mark.
+type standaloneCtx struct{ context.Context }
+
+func (s standaloneCtx) Value(key any) any {
+	if _, ok := key.(markKey); ok {
+		return nil
+	}
+	return s.Context.Value(key)
 }
