@@ -5,8 +5,10 @@ import "errors"
 // ItemRetryable is implemented by errors that can tell an orchestrator —
 // a job queue, a batch pipeline, a supervisor — whether running the same
 // item again could succeed. ItemRetryable returns false for a failure that
-// a blind re-run would repeat exactly, such as a [Truncated] completion or
-// an invalid [Chain] configuration.
+// a blind re-run would repeat exactly, such as a [Truncated] completion, an
+// [Exhausted] chain whose every attempt was refused, or an invalid [Chain]
+// configuration. Each of this package's four error types declares its own
+// advice, so a probe stops at the outermost one.
 //
 // The contract is duck-typed both ways: any error from any library may
 // implement it, and an error that does not is retryable. Probe it with

@@ -60,27 +60,31 @@ func TestRetryItem(t *testing.T) {
 	}
 }
 
-// Only *Truncated declares the advice; the others leave it to RetryItem's
-// default.
+// Each of the four error types declares its own advice, so that a probe
+// stops at the outermost error, whatever lies beneath it.
 func TestItemRetryableDeclarations(t *testing.T) {
+	rejected := []llmretry.Attempt{{Kind: llmretry.KindRejected}, {Kind: llmretry.KindTruncated}}
+	mixed := []llmretry.Attempt{{Kind: llmretry.KindRejected}, {Kind: llmretry.KindTransient}}
 	tests := []struct {
 		name string
 		err  error
 		want bool
 	}{
-		{"truncated", &llmretry.Truncated{}, true},
-		{"exhausted", &llmretry.Exhausted{}, false},
-		{"timed_out", &llmretry.TimedOut{}, false},
-		{"cancelled", &llmretry.Cancelled{}, false},
+		{"truncated", &llmretry.Truncated{}, false},
+		{"exhausted_no_attempts", &llmretry.Exhausted{}, true},
+		{"exhausted_all_refused", &llmretry.Exhausted{Attempts: rejected}, false},
+		{"exhausted_one_transient", &llmretry.Exhausted{Attempts: mixed}, true},
+		{"timed_out", &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: rejected}}, true},
+		{"cancelled", &llmretry.Cancelled{Attempts: rejected}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ir, ok := tc.err.(llmretry.ItemRetryable)
-			if ok != tc.want {
-				t.Fatalf("%T implements ItemRetryable = %t, want %t", tc.err, ok, tc.want)
+			if !ok {
+				t.Fatalf("%T does not implement ItemRetryable", tc.err)
 			}
-			if ok && ir.ItemRetryable() {
-				t.Errorf("(%T).ItemRetryable() = true, want false", tc.err)
+			if got := ir.ItemRetryable(); got != tc.want {
+				t.Errorf("(%T).ItemRetryable() = %t, want %t", tc.err, got, tc.want)
 			}
 		})
 	}

@@ -248,7 +248,8 @@ func (m msec) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON reads any JSON number of milliseconds, rounding to the
-// nanosecond, and refuses one that a Duration cannot hold.
+// nanosecond, and refuses a negative one (no record holds one) or one
+// that a Duration cannot hold.
 func (m *msec) UnmarshalJSON(data []byte) error {
 	s := string(data)
 	if s == "null" {
@@ -259,7 +260,7 @@ func (m *msec) UnmarshalJSON(data []byte) error {
 		// exponent costs no huge number.
 		f, err := strconv.ParseFloat(s, 64)
 		ns := math.Round(f * float64(time.Millisecond))
-		if err != nil || math.IsNaN(ns) || ns < math.MinInt64 || ns >= math.MaxInt64 {
+		if err != nil || math.IsNaN(ns) || ns < 0 || ns >= math.MaxInt64 {
 			return fmt.Errorf("llmretry: decoding attempt: %s milliseconds is out of range", data)
 		}
 		*m = msec(ns)
@@ -275,7 +276,7 @@ func (m *msec) UnmarshalJSON(data []byte) error {
 	if new(big.Int).Mul(new(big.Int).Abs(rem), big.NewInt(2)).Cmp(ns.Denom()) >= 0 {
 		q.Add(q, big.NewInt(int64(rem.Sign())))
 	}
-	if !q.IsInt64() || q.Int64() == math.MinInt64 {
+	if !q.IsInt64() || q.Sign() < 0 {
 		return fmt.Errorf("llmretry: decoding attempt: %s milliseconds is out of range", data)
 	}
 	*m = msec(q.Int64())

@@ -297,6 +297,7 @@ func (c *Chain[Req, Resp]) begin(ctx context.Context) call[Req, Resp] {
 
 // ended is the state of the world when an attempt's Call returned.
 type ended struct {
+	at     time.Time
 	ctxErr error // the caller's context's Err, nil while it was live
 	cause  error // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
 	own    bool  // the backend's Timeout or StallTimeout ended the attempt
@@ -309,11 +310,11 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := time.Now()
 	resp, err, own := b.call(mark, req)
+	end := ended{at: time.Now(), ctxErr: r.ctx.Err(), own: own}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-		Start: start, Elapsed: time.Since(start), Delivered: mark.delivered.Load(),
+		Start: start, Elapsed: end.at.Sub(start), Delivered: mark.delivered.Load(),
 	}
-	end := ended{ctxErr: r.ctx.Err(), own: own}
 	if err == nil {
 		return resp, a, end
 	}
@@ -390,7 +391,7 @@ func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended, l
 		why = WhyNested
 	default:
 		var w time.Duration
-		if w, why = r.nextWait(&b.Retry, a.Try, a.RetryAfter, time.Now()); why == "" {
+		if w, why = r.nextWait(&b.Retry, a.Try, a.RetryAfter, end.at); why == "" {
 			a.Next, a.RetryIn = NextRetry, w
 			return w
 		}
@@ -437,7 +438,7 @@ func (r *call[Req, Resp]) nextWait(p *Policy, try int, hint time.Duration, now t
 		}
 		w = max(w, hint)
 	}
-	if !r.fits(p, w, now) {
+	if !r.fits(p, w, func() time.Time { return now }) {
 		return 0, WhyReserve
 	}
 	return w, ""
@@ -451,11 +452,12 @@ func jitter(w time.Duration, j float64) time.Duration {
 	return w
 }
 
-// fits reports whether a wait of w that starts at now ends before the
+// fits reports whether a wait of w that starts now ends before the
 // caller's deadline with the reserve still left. Checked before sleeping: a
 // wait that leaves no time to use it only turns a backend's error into a
-// deadline error.
-func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
+// deadline error. The clock is read only under a deadline: on this path
+// reading it costs more than the rest of a retry's bookkeeping.
+func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now func() time.Time) bool {
 	deadline, ok := r.ctx.Deadline()
 	if !ok {
 		return true
@@ -467,7 +469,7 @@ func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 	case reserve < 0:
 		reserve = 0
 	}
-	left := deadline.Sub(now)
+	left := deadline.Sub(now())
 	return w < left && left-w >= reserve
 }
 
@@ -480,7 +482,7 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration, last bool
 		r.halt(whyCtx(err))
 		return false
 	}
-	if !r.fits(&b.Retry, w, time.Now()) {
+	if !r.fits(&b.Retry, w, time.Now) {
 		a := &r.attempts[len(r.attempts)-1]
 		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, last), WhyReserve, 0
 		return false
@@ -501,6 +503,9 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration, last bool
 
 // record keeps a failed attempt and reports it.
 func (r *call[Req, Resp]) record(a Attempt) {
+	if r.attempts == nil {
+		r.attempts = make([]Attempt, 0, 4) // room for a short outage in one allocation
+	}
 	r.attempts = append(r.attempts, a)
 	r.report(a)
 }

@@ -154,6 +154,11 @@ type detail struct {
 // the same node: the outermost typed error, or else the other rules of
 // Classify, which leave no details.
 func outcomeOf(err error) (Kind, detail) {
+	// Most backends return one of our errors as it is. errors.As, which
+	// allocates its target, is for the ones wrapped in others.
+	if t, ok := err.(typedError); ok {
+		return t.outcome()
+	}
 	var t typedError
 	if errors.As(err, &t) {
 		return t.outcome()

@@ -333,10 +333,23 @@ func lever(what string, attempts []Attempt) string {
 	if maxWait {
 		levers = append(levers, "retries stopped because a server asked to wait longer than Policy.MaxWait")
 	}
+	if len(levers) == 0 && refused(attempts) {
+		return "every backend rejected this request; change the request, since running it again will not help"
+	}
 	if len(levers) == 0 {
 		return "every backend failed; add a backend or widen the retry waits"
 	}
 	return strings.Join(levers, "; ")
+}
+
+// refused reports whether there are attempts and every one was rejected.
+func refused(attempts []Attempt) bool {
+	for i := range attempts {
+		if attempts[i].Kind != KindRejected {
+			return false
+		}
+	}
+	return len(attempts) > 0
 }
 
 // summarize builds the multi-line message of the Exhausted family.
