@@ -149,6 +149,81 @@ func TestRedactLeavesNoSecret(t *testing.T) {
 	}
 }
 
+// TestRedactPieces runs Redact on every text of up to five pieces from a
+// small set holding what each rule reacts to, where one rule's replacement
+// could start or end another's match. The fuzzer rarely builds such
+// combinations; here each must be redacted idempotently, and must lose a
+// secret planted after it.
+func TestRedactPieces(t *testing.T) {
+	t.Parallel()
+	pieces := []string{
+		"://", "@", "/", "&", "#", "&key=", " ", "Bearer ", "sk-0123456789abcdef",
+	}
+	var check func(text string, depth int)
+	check = func(text string, depth int) {
+		got := llmretry.Redact(text)
+		if again := llmretry.Redact(got); again != got {
+			t.Errorf("Redact(%q) = %q, but Redact of that = %q (not idempotent)", text, got, again)
+		}
+		if depth == 0 {
+			return
+		}
+		for _, p := range pieces {
+			check(text+p, depth-1)
+		}
+	}
+	// Five pieces are what the order of the rules needs to show ("://",
+	// "&key=", "/", "&", "@"). The race detector makes regexp matching
+	// some thirty times slower, which would take seconds at that depth;
+	// the runs without it cover depth five.
+	depth := 5
+	if raceEnabled {
+		depth = 4
+	}
+	check("", depth)
+
+	// The planted forms end at the delimiter after them, whatever the
+	// pieces before them are.
+	check = func(text string, depth int) {
+		for _, p := range plantings {
+			in := text + " " + fmt.Sprintf(p.form, plantSecret) + " "
+			if got := llmretry.Redact(in); strings.Contains(got, plantSecret) {
+				t.Errorf("Redact(%q) = %q, want no %q", in, got, plantSecret)
+			}
+		}
+		if depth == 0 {
+			return
+		}
+		for _, p := range pieces {
+			check(text+p, depth-1)
+		}
+	}
+	check("", 3)
+}
+
+// TestRedactLarge feeds Redact a quarter megabyte at a time: many secrets
+// in a row, one very long key, and clean text.
+func TestRedactLarge(t *testing.T) {
+	t.Parallel()
+	const n = 1 << 18
+	unit := `Post "https://u:p@h/v1?key=abc&alt=sse": Bearer t ` + legacyKey + "\n"
+	wantUnit := `Post "https://REDACTED@h/v1?key=REDACTED&alt=sse": Bearer REDACTED REDACTED` + "\n"
+	in := strings.Repeat(unit, n/len(unit))
+	if got, want := llmretry.Redact(in), strings.Repeat(wantUnit, n/len(unit)); got != want {
+		t.Errorf("Redact(%d repeats of %q) differs from %d repeats of %q", n/len(unit), unit, n/len(unit), wantUnit)
+	}
+
+	long := "key: sk-" + strings.Repeat("a1_-", n/4) + "."
+	if got, want := llmretry.Redact(long), "key: REDACTED."; got != want {
+		t.Errorf("Redact(one %d-byte key) = %.40q..., want %q", len(long), got, want)
+	}
+
+	clean := strings.Repeat("connection reset by peer; ", n/26)
+	if got := llmretry.Redact(clean); got != clean {
+		t.Errorf("Redact(%d bytes of clean text) changed it", len(clean))
+	}
+}
+
 // TestRedactCleanAllocations checks that text without secrets, including
 // text that has a trigger (a URL, an '=', the word "bearer", "sk-") but no
 // secret, comes back unchanged and without an allocation.
@@ -201,4 +276,35 @@ func BenchmarkRedact(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzRedact checks, for any text, that Redact does not panic and is
+// idempotent, and that a secret planted into the text in any of the forms
+// Redact knows, set off by a delimiter on each side, is gone afterwards.
+func FuzzRedact(f *testing.F) {
+	f.Add("", uint8(0), uint8(0), uint(0))
+	f.Add(`Post "https://u:p@api.example.com/v1?key=abc&alt=sse": EOF`, uint8(1), uint8(2), uint(5))
+	f.Add("Authorization: Bearer abc.def "+legacyKey, uint8(4), uint8(3), uint(14))
+	f.Add("bad \xff\xfe "+googleKey+" s://x&key=/&@", uint8(7), uint8(7), uint(3))
+	f.Add("task-list disk-1 ?token= sk-", uint8(5), uint8(1), uint(100))
+	f.Fuzz(func(t *testing.T, text string, form, delim uint8, at uint) {
+		got := llmretry.Redact(text)
+		if again := llmretry.Redact(got); again != got {
+			t.Fatalf("Redact(%q) = %q, but Redact of that = %q (not idempotent)", text, got, again)
+		}
+
+		if strings.Contains(text, plantSecret) {
+			t.Skip("the text already holds the secret")
+		}
+		// Delimiters that end every form's value, token or key run, so
+		// that the text around cannot lengthen the planted secret.
+		const delims = " \t\n\"'`<>"
+		d := string(delims[int(delim)%len(delims)])
+		i := int(at % uint(len(text)+1))
+		planted := fmt.Sprintf(plantings[int(form)%len(plantings)].form, plantSecret)
+		in := text[:i] + d + planted + d + text[i:]
+		if got := llmretry.Redact(in); strings.Contains(got, plantSecret) {
+			t.Errorf("Redact(%q) = %q, want no %q", in, got, plantSecret)
+		}
+	})
 }
