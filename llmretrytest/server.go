@@ -43,8 +43,10 @@ type Server struct {
 	counts  map[string]int // requests per model, for Request.N
 	log     []Request
 	down    bool
-	// trace, when set by an in-package test, sees each request when it is
-	// logged ("arrive") and when its handler returns ("end").
+	// trace, when set by an in-package test, sees each request when its
+	// handler starts ("start", before the body is read, so with an empty
+	// Request), when it is logged ("arrive") and when its handler returns
+	// ("end").
 	trace func(event string, r Request)
 }
 
@@ -213,6 +215,7 @@ type incoming struct {
 // which is how net/http lets a handler cut its connection without a
 // response; the server recovers it without logging.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	s.traceEvent("start", Request{})
 	var ep *endpoint
 	switch r.URL.Path {
 	case "/v1/chat/completions":
