@@ -44,6 +44,13 @@
 // A body that is not JSON, or names no model, gets a 400 in the
 // provider's shape, one over 10 MiB a 413; both are logged with Model "".
 //
+// The server closes each connection after its response (Connection:
+// close), so every request comes on a fresh connection. That keeps
+// failures exact: after [Down] or [Server.GoDown] every request is
+// refused, even from a client that pools connections, and a client never
+// resends on a reused connection that a [Hangup] closed, so the log holds
+// exactly the requests the client made.
+//
 // # Timing
 //
 // [Step.After] delays a response and [Step.Every] spaces a stream's

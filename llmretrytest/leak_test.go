@@ -47,7 +47,7 @@ func TestCloseLeaksNoGoroutine(t *testing.T) {
 	s.Script("ok", Answer("done"))
 	c := newClient(t)
 
-	// An answered request leaves an idle keep-alive connection.
+	// One request answered in full, besides the stalled ones.
 	if got := call(t, c, s, "openai", "ok", true); got.err != nil {
 		t.Fatal(got.err)
 	}

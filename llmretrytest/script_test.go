@@ -236,3 +236,25 @@ func TestConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+// The base URLs are what the SDKs join their paths to: openai-go appends
+// "chat/completions", anthropic-sdk-go "v1/messages".
+func TestBaseURLs(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.Script("m", Answer("hi"))
+	c := newClient(t)
+	if !strings.HasPrefix(s.URL, "http://127.0.0.1:") || strings.HasSuffix(s.URL, "/") {
+		t.Errorf("URL = %q, want http://127.0.0.1:PORT", s.URL)
+	}
+	for _, url := range []string{s.OpenAIBaseURL() + "chat/completions", s.AnthropicBaseURL() + "v1/messages"} {
+		resp, err := c.Post(url, "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("POST %s: status %d, want 200", url, resp.StatusCode)
+		}
+	}
+}

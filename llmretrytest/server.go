@@ -100,6 +100,13 @@ func NewServer() *Server {
 			}
 		},
 	}
+	// One connection per request. A client that pools connections would
+	// otherwise, for a moment after GoDown, send its next request on a
+	// connection the server has just closed, and get a broken pipe or a
+	// reset where a refused connection was scripted; and a connection
+	// dropped by Hangup could be one the client reused, which net/http
+	// may resend a request on. Loopback connections cost microseconds.
+	s.srv.SetKeepAlivesEnabled(false)
 	go func() {
 		defer close(s.served)
 		_ = s.srv.Serve(ln) // returns when the listener is closed, by GoDown or Close
@@ -142,22 +149,16 @@ func (s *Server) Requests() []Request {
 }
 
 // GoDown takes the server down as a provider outage does: it stops
-// listening, so later connections are refused (ECONNREFUSED), and closes
-// idle keep-alive connections. Responses already under way finish, and
-// their connections close after them; a request that still reaches the
-// server on an old connection is logged as "down" and its connection is
-// closed without a response. A server that is down stays down. GoDown may
-// be called more than once, and after Close.
+// listening, so later requests are refused (ECONNREFUSED). Responses
+// already under way finish. A request whose connection was accepted
+// before GoDown but whose body had not yet been read is logged as "down"
+// and its connection is closed without a response. A server that is down
+// stays down. GoDown may be called more than once, and after Close.
 func (s *Server) GoDown() {
 	s.mu.Lock()
 	s.down = true
 	s.mu.Unlock()
-	s.downOnce.Do(func() {
-		_ = s.ln.Close()
-		// This also closes the idle connections, so that a client's pool
-		// cannot reach the server through a connection from before.
-		s.srv.SetKeepAlivesEnabled(false)
-	})
+	s.downOnce.Do(func() { _ = s.ln.Close() })
 }
 
 // Close ends every stall and delay, closes the listener and every
@@ -272,27 +273,25 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // arrive logs the request and picks its step: ok is false when the model
-// has no script. A server that is down hangs up at once.
+// has no script. A server that is down hangs up at once, whatever the
+// request.
 func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int) (st Step, ok bool) {
 	s.mu.Lock()
 	s.counts[in.Model]++
 	n := s.counts[in.Model]
-	sc := s.scripts[in.Model]
 	down := s.down
-	switch {
+	var name string
+	switch sc := s.scripts[in.Model]; {
 	case down:
-		st, ok = Down(), true
-	case status != 0:
-	case sc != nil:
-		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
-		sc.next++
-	}
-	name := st.String()
-	switch {
+		name = Down().String()
 	case status != 0:
 		name = statusName(status)
-	case !ok:
+	case sc == nil:
 		name = statusName(http.StatusNotFound)
+	default:
+		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
+		sc.next++
+		name = st.String()
 	}
 	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
