@@ -65,6 +65,26 @@ func TestDown(t *testing.T) {
 	}
 }
 
+// Down after a delay takes the server down even when the client gave up
+// waiting for it.
+func TestDownAfterClientLeft(t *testing.T) {
+	t.Parallel()
+	s, tr := traceServer(t)
+	s.Script("m", Down().After(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- send(ctx, newClient(t), s, paths["openai"], requestBody("openai", "m", false)).err }()
+	waitFor(t, tr.arrived, "request")
+	cancel()
+	waitFor(t, tr.ended, "end of the handler")
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("client: err = %v, want context.Canceled", err)
+	}
+	if _, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://")); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial after the delayed Down: err = %v, want ECONNREFUSED", err)
+	}
+}
+
 // GoDown refuses every later request, even from a client that pools its
 // connections: the server keeps none open between requests.
 func TestGoDownRefuses(t *testing.T) {

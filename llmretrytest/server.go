@@ -336,6 +336,11 @@ func idSafe(model string) string {
 // play answers with st.
 func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 	if !x.wait(st.after) {
+		if st.kind == kindDown {
+			// The log says this request took the server down; a client
+			// that gave up waiting must not cancel the outage.
+			s.GoDown()
+		}
 		panic(http.ErrAbortHandler)
 	}
 	switch st.kind {

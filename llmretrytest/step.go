@@ -204,7 +204,8 @@ func Hangup() Step { return Step{kind: kindHangup} }
 
 // Down closes the connection without a response and takes the whole
 // server down, as [Server.GoDown] does: later connections are refused
-// (ECONNREFUSED), for every model.
+// (ECONNREFUSED), for every model. With [Step.After], the server goes
+// down when the wait ends, even when the client gave up waiting.
 func Down() Step { return Step{kind: kindDown} }
 
 // WithHeader returns a copy of s that sends the response header key with
