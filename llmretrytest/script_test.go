@@ -258,3 +258,39 @@ func TestBaseURLs(t *testing.T) {
 		}
 	}
 }
+
+// Script, Requests and GoDown may be called while requests are served;
+// the race detector checks the locking.
+func TestMethodsWhileServing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.Script("m", Answer("a b c"))
+	c := newClient(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				api := []string{"openai", "anthropic"}[i%2]
+				send(t.Context(), c, s, paths[api], requestBody(api, "m", i%4 < 2))
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			s.Script("m", Answer(fmt.Sprint("a", i)), Status(503))
+			_ = s.Requests()
+		}
+		s.GoDown()
+	}()
+	wg.Wait()
+	// Every logged request has a number one above the one before it.
+	for i, r := range s.Requests() {
+		if r.N != i+1 {
+			t.Fatalf("request %d has N %d, want %d", i, r.N, i+1)
+		}
+	}
+}
