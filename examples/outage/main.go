@@ -143,7 +143,7 @@ func run(w io.Writer) error {
 	tl.begin()
 	got, err := chain.Do(context.Background(), prompt)
 	if err != nil {
-		return fmt.Errorf("part 1 should have been answered: %v", llmretry.Redact(err.Error()))
+		return fmt.Errorf("part 1 should have been answered: %v", err) // the chain's errors redact themselves
 	}
 	fmt.Fprintf(w, "\nAnswer from %s (stop reason %q, %d tokens in, %d out):\n  %s\n",
 		got.Model, got.StopReason, got.InputTokens, got.OutputTokens, got.Text)
@@ -167,8 +167,8 @@ func run(w io.Writer) error {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "== Part 2: an item that fails everywhere: the primary is still down, and the secondary cuts every answer off")
 	tl.begin()
-	_, err = chain.Do(context.Background(), "Compare every backoff strategy you know, in depth.")
-	if err == nil {
+	_, itemErr := chain.Do(context.Background(), "Compare every backoff strategy you know, in depth.")
+	if itemErr == nil {
 		return errors.New("part 2 should have failed")
 	}
 
@@ -176,12 +176,12 @@ func run(w io.Writer) error {
 	// an attempt was cut off, and raising the budget is the fix. Its text
 	// is a summary for people, one line per attempt, secrets redacted.
 	fmt.Fprintln(w, "\nThe error, err.Error():")
-	fmt.Fprintln(w, indent(err.Error()))
+	fmt.Fprintln(w, indent(itemErr.Error()))
 
 	// RetryItem is what a job queue asks: would running this item again
 	// help? A truncated answer would be cut off again at the same place.
-	fmt.Fprintf(w, "\nThe advice, llmretry.RetryItem(err): %t", llmretry.RetryItem(err))
-	if llmretry.RetryItem(err) {
+	fmt.Fprintf(w, "\nThe advice, llmretry.RetryItem(err): %t", llmretry.RetryItem(itemErr))
+	if llmretry.RetryItem(itemErr) {
 		fmt.Fprintln(w, " (run the item again later)")
 	} else {
 		fmt.Fprintln(w, " (running it again would fail the same way: park it in a dead-letter queue)")
@@ -190,7 +190,7 @@ func run(w io.Writer) error {
 	// The JSON encoding is the record to keep: the outcome, the advice,
 	// and every attempt with its kind, status, timing and the model's raw
 	// output, secrets redacted.
-	record, err := json.MarshalIndent(err, "", "  ")
+	record, err := json.MarshalIndent(itemErr, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding the dead-letter record: %v", err)
 	}
