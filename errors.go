@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Exhausted is the error of a chain whose every backend failed. It is also
@@ -56,6 +57,13 @@ func (e *Exhausted) ItemRetryable() bool {
 	return len(e.Attempts) == 0
 }
 
+// ItemRetryAfter advises when the item could first run again: when every
+// backend's last attempt carried a retry-after hint, the time from now
+// until the soonest of them runs out (the earliest any backend said it
+// would take work again); 0 when a backend gave no hint or the moment has
+// passed. See [RetryItemAfter].
+func (e *Exhausted) ItemRetryAfter() time.Duration { return retryAfter(e.Attempts, time.Now()) }
+
 // LogValue gives structured loggers the outcome and the attempts as
 // fields, instead of the multi-line summary.
 func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.Attempts, nil) }
@@ -97,6 +105,11 @@ func (e *Truncated) Unwrap() error { return &e.Exhausted }
 // ItemRetryable reports false: a completion cut off by its budget is cut
 // off at the same place when the item is run again.
 func (e *Truncated) ItemRetryable() bool { return false }
+
+// ItemRetryAfter reports 0: a truncated item's advice is never to run it
+// again, so there is no time to wait for. (Without this, Truncated would
+// take Exhausted's advice.)
+func (e *Truncated) ItemRetryAfter() time.Duration { return 0 }
 
 // LogValue gives structured loggers the outcome and the attempts as
 // fields.
@@ -248,7 +261,7 @@ func (s shieldedCause) Is(target error) bool { return errors.Is(s.err, target) }
 // failure types or the advice interface.
 func (s shieldedCause) As(target any) bool {
 	switch target.(type) {
-	case **Exhausted, **Truncated, **TimedOut, *ItemRetryable, *typedError:
+	case **Exhausted, **Truncated, **TimedOut, *ItemRetryable, *ItemRetryAfter, *typedError:
 		return false
 	}
 	return errors.As(s.err, target)

@@ -214,3 +214,23 @@ func ExampleExhausted_MarshalJSON() {
 	//   ]
 	// }
 }
+
+// A job queue asks first whether an item may run again at all, then when:
+// here both providers answered 429 and said when to come back, so the item
+// is snoozed until the sooner of the two instead of spending an attempt.
+func ExampleRetryItemAfter() {
+	tenSecondsAgo := time.Now().Add(-10 * time.Second)
+	err := llmretry.Exhaust([]llmretry.Attempt{
+		{Backend: 0, Model: "gpt-4o", Kind: llmretry.KindTransient, Status: 429, Start: tenSecondsAgo, RetryAfter: 30 * time.Second},
+		{Backend: 1, Model: "claude-sonnet", Kind: llmretry.KindTransient, Status: 429, Start: tenSecondsAgo, RetryAfter: 60 * time.Second},
+	})
+	if !llmretry.RetryItem(err) {
+		fmt.Println("dead letter")
+		return
+	}
+	if d, ok := llmretry.RetryItemAfter(err); ok {
+		fmt.Println("snooze for", d.Round(time.Second))
+	}
+	// Output:
+	// snooze for 20s
+}
