@@ -467,10 +467,15 @@ func TestErrAttemptTimeout(t *testing.T) {
 // Over real loopback HTTP, net/http reports our per-attempt timeout as the
 // context's cause; the record's error is recognisable as a timeout.
 func TestDoAttemptTimeoutOverHTTP(t *testing.T) {
+	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		<-r.Context().Done() // never answers
+		select { // never answers
+		case <-r.Context().Done():
+		case <-release:
+		}
 	}))
 	defer srv.Close()
+	defer close(release) // before Close, which waits for the handlers
 	call := func(ctx context.Context, _ string) (string, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
 		if err != nil {
