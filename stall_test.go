@@ -37,15 +37,25 @@ func stream(chunks int, every time.Duration, stall bool) func(context.Context, i
 	}
 }
 
-// hangFirst hangs on the first call and streams three chunks on later
-// ones.
-func hangFirst(ctx context.Context, n int) error {
-	if n == 1 {
-		<-ctx.Done()
-		return context.Cause(ctx)
+// firstThen runs first on the first call and streams three chunks on
+// later ones.
+func firstThen(first func(context.Context, int) error) func(context.Context, int) error {
+	return func(ctx context.Context, n int) error {
+		if n == 1 {
+			return first(ctx, n)
+		}
+		return stream(3, 100*ms, false)(ctx, n)
 	}
-	return stream(3, 100*ms, false)(ctx, n)
 }
+
+// hangFirst hangs on the first call until its context ends, returning
+// the cause, and streams three chunks on later ones.
+var hangFirst = firstThen(func(ctx context.Context, _ int) error {
+	<-ctx.Done()
+	return context.Cause(ctx)
+})
+
+var errBlame = llmretry.StatusFailure(400, nil, errors.New("bad request"))
 
 // ctxs keeps the contexts a backend's calls received, to check after Do.
 type ctxs struct {
@@ -93,6 +103,31 @@ func TestDoStallTimeout(t *testing.T) {
 			wantEnd:   stallTimeout + 300*ms,
 			wantFirst: llmretry.Attempt{
 				Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: llmretry.ErrStalled, Elapsed: stallTimeout,
+				Next: llmretry.NextRetry,
+			},
+		},
+		{
+			// SDKs often return ctx.Err(), which is context.Canceled for a
+			// stall: the chain knows its own timer ended the attempt.
+			name:      "hang_returns_ctx_err",
+			reply:     firstThen(hang),
+			want:      "a: hi",
+			wantCalls: []time.Duration{0, stallTimeout},
+			wantEnd:   stallTimeout + 300*ms,
+			wantFirst: llmretry.Attempt{
+				Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: context.Canceled, Elapsed: stallTimeout,
+				Next: llmretry.NextRetry,
+			},
+		},
+		{
+			// A timeout, whatever error the backend wraps the stall in.
+			name:      "hang_blames_request",
+			reply:     firstThen(func(ctx context.Context, _ int) error { <-ctx.Done(); return errBlame }),
+			want:      "a: hi",
+			wantCalls: []time.Duration{0, stallTimeout},
+			wantEnd:   stallTimeout + 300*ms,
+			wantFirst: llmretry.Attempt{
+				Model: "a", Try: 1, Kind: llmretry.KindTimeout, Status: 400, Err: errBlame, Elapsed: stallTimeout,
 				Next: llmretry.NextRetry,
 			},
 		},
