@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmretry/llmretry"
 )
@@ -61,14 +62,6 @@ func httpCall(u string) func(context.Context, string) (string, error) {
 // Secrets in URLs, headers and keys never reach anything we render, on
 // every failure path; the attempts' errors stay the originals.
 func TestNoSecretsInAnyRendering(t *testing.T) {
-	// A port nothing listens on: the connection is refused.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := "http://" + l.Addr().String()
-	l.Close()
-
 	// Reading the body first lets the server notice the client hang up.
 	release := make(chan struct{})
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,8 +80,19 @@ func TestNoSecretsInAnyRendering(t *testing.T) {
 	}))
 	defer echo.Close()
 
+	// A port nothing listens on: the connection is refused. Taken after
+	// the servers start, so that neither of them can be given it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + l.Addr().String()
+	l.Close()
+
+	// guard bounds the refused calls, should something else take the port.
+	const guard = 10 * time.Second
 	innerChain := &chain{Backends: []backend{
-		{Model: "inner-refused", Call: httpCall(callURL(refused))},
+		{Model: "inner-refused", Call: httpCall(callURL(refused)), Timeout: guard},
 		{Model: "inner-5xx", Call: httpCall(callURL(echo.URL))},
 	}}
 	tests := []struct {
@@ -96,7 +100,7 @@ func TestNoSecretsInAnyRendering(t *testing.T) {
 		backends []backend
 		ctx      func() context.Context
 	}{
-		{name: "refused", backends: []backend{{Model: "gemini", Call: httpCall(callURL(refused))}}},
+		{name: "refused", backends: []backend{{Model: "gemini", Call: httpCall(callURL(refused)), Timeout: guard}}},
 		{name: "timeout", backends: []backend{{Model: "gemini", Call: httpCall(callURL(hung.URL)), Timeout: 20 * ms}}},
 		{name: "status_5xx", backends: []backend{{Model: "gemini", Call: httpCall(callURL(echo.URL))}}},
 		{name: "nested", backends: []backend{{Model: "outer", Call: innerChain.Do}, {Model: "gemini", Call: httpCall(callURL(echo.URL))}}},
