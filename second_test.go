@@ -739,6 +739,47 @@ func TestDoCancelledCauseFromWhenAttemptEnded(t *testing.T) {
 	})
 }
 
+// The same holds for the last attempt of a chain that has given up: when
+// it ended, the caller's context was live and no try was left, so a
+// deadline that passes, or a cancel that comes, while OnAttempt runs does
+// not turn the chain's failure into a TimedOut or Cancelled whose records
+// show no deadline and no cancel.
+func TestDoOutcomeOfLastAttemptIsFixedWhenItEnds(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(cancel context.CancelFunc)
+	}{
+		{name: "deadline_passes_in_hook", hook: func(context.CancelFunc) { time.Sleep(2 * time.Second) }},
+		{name: "cancel_in_hook", hook: func(cancel context.CancelFunc) { cancel() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				c := &chain{
+					Backends:  []backend{{Model: "a", Call: newFake("a", always(busy("busy"))).Call}},
+					OnAttempt: func(context.Context, llmretry.Attempt) { tc.hook(cancel) },
+				}
+
+				_, err := c.Do(ctx, "hi")
+				if got := typeName(err); got != "*llmretry.Exhausted" {
+					t.Errorf("Do() = %s %v, want a plain *Exhausted: the chain had given up when the attempt ended", got, err)
+				}
+				var cancelled *llmretry.Cancelled
+				if errors.As(err, &cancelled) {
+					return
+				}
+				attempts := exhausted(t, err)
+				if got := stepsOf(attempts); !cmp.Equal(got, []step{{llmretry.NextStop, llmretry.WhyWaitsUsed, 0}}) {
+					t.Errorf("records = %v, want one stop: waits_used", got)
+				}
+			})
+		})
+	}
+}
+
 // A well-formed retry-after too large for a Duration saturates; only
 // negative or malformed ones are ignored.
 func TestParseRetryAfterSaturates(t *testing.T) {
