@@ -140,7 +140,10 @@ type Chain[Req, Resp any] struct {
 	// (Err == nil) included, with Next, Why and RetryIn already decided and
 	// before any wait. It runs on Do's goroutine, and its time is not
 	// charged to any attempt; a wait that no longer fits once it returns is
-	// not taken (the record in the returned error then says why).
+	// not taken (the record in the returned error then says why). a.Err is
+	// the backend's error as it was returned, secrets and all: print the
+	// Attempt itself (its String, JSON and slog value are redacted) or
+	// pass the text through [Redact].
 	OnAttempt func(ctx context.Context, a Attempt)
 }
 
@@ -827,6 +830,9 @@ func Delivered(ctx context.Context) {
 // an LM that wraps an LM should pass its context on unchanged, so that
 // retries do not multiply. Cancellation and deadlines still flow from ctx.
 func Standalone(ctx context.Context) context.Context {
+	if ctx == nil {
+		return nil // Do then reports the nil context as it would any other
+	}
 	return standaloneCtx{ctx}
 }
 
