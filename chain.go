@@ -448,7 +448,7 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 		wake, fits := v.until, true
 		if wake.IsZero() {
 			wake, fits = r.latestStart(&b.Retry, now)
-		} else if d := wake.Sub(now); (maxWait(&b.Retry) > 0 && d > maxWait(&b.Retry)) || !r.fits(&b.Retry, d, func() time.Time { return now }) {
+		} else if d := wake.Sub(now); (maxWait(&b.Retry) > 0 && d > maxWait(&b.Retry)) || !r.fits(&b.Retry, d, now) {
 			fits = false
 		}
 		if !fits {
@@ -610,7 +610,7 @@ func (r *call[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Dur
 			w = hint
 		}
 	}
-	if !r.fits(p, w, func() time.Time { return now }) {
+	if !r.fits(p, w, now) {
 		return 0, WhyReserve
 	}
 	return w, ""
@@ -636,14 +636,13 @@ func jitter(w time.Duration, j float64) time.Duration {
 // fits reports whether a wait of w that starts now ends before the
 // caller's deadline with the reserve still left. Checked before sleeping: a
 // wait that leaves no time to use it only turns a backend's error into a
-// deadline error. The clock is read only under a deadline: on this path
-// reading it costs more than the rest of a retry's bookkeeping.
-func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now func() time.Time) bool {
+// deadline error.
+func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 	deadline, ok := r.ctx.Deadline()
 	if !ok {
 		return true
 	}
-	left := deadline.Sub(now())
+	left := deadline.Sub(now)
 	return w < left && left-w >= r.reserveOf(p)
 }
 
@@ -667,7 +666,7 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 		r.halt(whyCtx(err))
 		return false
 	}
-	if !r.fits(&b.Retry, w, time.Now) {
+	if !r.fits(&b.Retry, w, time.Now()) {
 		a := &r.attempts[len(r.attempts)-1]
 		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
 		return false
@@ -688,9 +687,6 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 
 // record keeps a failed attempt and reports it.
 func (r *call[Req, Resp]) record(a Attempt) {
-	if r.attempts == nil {
-		r.attempts = make([]Attempt, 0, 4) // room for a short outage in one allocation
-	}
 	r.attempts = append(r.attempts, a)
 	r.report(a)
 }
