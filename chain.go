@@ -390,10 +390,11 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := time.Now()
 	resp, err, own := b.call(mark, req)
-	end := ended{at: time.Now(), ctxErr: r.ctx.Err(), own: own}
+	elapsed := time.Since(start)
+	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-		Start: start, Elapsed: end.at.Sub(start), Delivered: mark.delivered.Load(),
+		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
 	}
 	if err == nil {
 		return resp, a, end
@@ -666,7 +667,7 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 		r.halt(whyCtx(err))
 		return false
 	}
-	if !r.fits(&b.Retry, w, time.Now()) {
+	if _, ok := r.ctx.Deadline(); ok && !r.fits(&b.Retry, w, time.Now()) {
 		a := &r.attempts[len(r.attempts)-1]
 		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
 		return false
