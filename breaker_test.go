@@ -1,0 +1,671 @@
+package llmretry_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmretry/llmretry"
+)
+
+// The tests in this file hold the Breaker to its rules, in virtual time:
+// every time and every record is exact.
+
+const sec = time.Second
+
+// desk is a scripted backend that logs who sent each request and when, so
+// that a test can say which call got a probe. Request n (counted from 1)
+// takes the latency reply gives it and then fails with its error, or
+// answers "<name>: <req>"; a call whose context ends first gets the
+// context's error, as an HTTP client would.
+type desk struct {
+	name  string
+	start time.Time
+	reply func(n int) (time.Duration, error)
+
+	mu   sync.Mutex
+	reqs []sent
+}
+
+// sent is one request a desk received: when, counted from the desk's
+// making, and the request, which names the call that sent it.
+type sent struct {
+	At  time.Duration
+	Req string
+}
+
+func newDesk(name string, reply func(n int) (time.Duration, error)) *desk {
+	return &desk{name: name, start: time.Now(), reply: reply}
+}
+
+func (d *desk) Call(ctx context.Context, req string) (string, error) {
+	d.mu.Lock()
+	d.reqs = append(d.reqs, sent{time.Since(d.start), req})
+	n := len(d.reqs)
+	d.mu.Unlock()
+	lat, err := d.reply(n)
+	if lat > 0 {
+		t := time.NewTimer(lat)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	return d.name + ": " + req, nil
+}
+
+// log returns the requests so far, nil when there were none.
+func (d *desk) log() []sent {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.reqs) == 0 {
+		return nil
+	}
+	return append([]sent(nil), d.reqs...)
+}
+
+// takes answers each request after lat, failing the first ones with errs
+// in turn.
+func takes(lat time.Duration, errs ...error) func(int) (time.Duration, error) {
+	return func(n int) (time.Duration, error) {
+		if n <= len(errs) {
+			return lat, errs[n-1]
+		}
+		return lat, nil
+	}
+}
+
+// limited is a 429 whose Retry-After header says secs seconds.
+func limited(secs int) *llmretry.Failure {
+	h := http.Header{}
+	h.Set("Retry-After", strconv.Itoa(secs))
+	return llmretry.StatusFailure(http.StatusTooManyRequests, h, errors.New("rate limited"))
+}
+
+// timedOut classifies as KindTimeout without taking any time.
+var timedOut = fmt.Errorf("read: %w", context.DeadlineExceeded)
+
+// trip opens br now, as other callers' failures with err would, through a
+// chain of its own that the tests' desks do not see.
+func trip(t *testing.T, br *llmretry.Breaker, err error) {
+	t.Helper()
+	fail := func(context.Context, string) (string, error) { return "", err }
+	c := &chain{Backends: []backend{{Model: "tripper", Call: fail, Breaker: br}}}
+	n := br.Failures
+	if n == 0 {
+		n = llmretry.DefaultBreakerFailures
+	}
+	for range n {
+		c.Do(context.Background(), "trip")
+	}
+	if !br.State().Open {
+		t.Fatalf("trip: breaker State() = %+v, want it open", br.State())
+	}
+}
+
+// skipRec is the record of a try that a breaker opened by kind skipped at
+// at, retryAfter before it half-opens.
+func skipRec(bi int, model string, try int, kind llmretry.Kind, at time.Time, retryAfter time.Duration, next llmretry.Next, why llmretry.Why) llmretry.Attempt {
+	return llmretry.Attempt{
+		Backend: bi, Model: model, Try: try, Kind: kind, Start: at,
+		RetryAfter: retryAfter, Next: next, Why: why, Skipped: true,
+	}
+}
+
+// okRec is the record of a success.
+func okRec(bi int, model string, try int, at time.Time, elapsed time.Duration) llmretry.Attempt {
+	return llmretry.Attempt{Backend: bi, Model: model, Try: try, Start: at, Elapsed: elapsed}
+}
+
+// doAt runs c.Do for req in its own goroutine once d of virtual time has
+// passed since the call, and returns a channel that delivers the outcome.
+func doAt(ctx context.Context, c *chain, d time.Duration, req string) <-chan outcome {
+	out := make(chan outcome, 1)
+	go func() {
+		time.Sleep(d)
+		resp, err := c.Do(ctx, req)
+		out <- outcome{resp, err, time.Now()}
+	}()
+	return out
+}
+
+// outcome is what a Do returned, and when.
+type outcome struct {
+	resp string
+	err  error
+	at   time.Time
+}
+
+func TestBreakerClosedPassesCalls(t *testing.T) {
+	tests := []struct {
+		name string
+		br   *llmretry.Breaker
+	}{
+		{name: "no_breaker"},
+		{name: "zero_breaker", br: &llmretry.Breaker{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				busy1 := busy("busy")
+				a := newFake("a", script(busy1))
+				rec := newRecorder()
+				var states []llmretry.BreakerState
+				c := &chain{
+					Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(sec), Breaker: tc.br}},
+					OnAttempt: func(ctx context.Context, at llmretry.Attempt) {
+						rec.OnAttempt(ctx, at)
+						if tc.br != nil {
+							states = append(states, tc.br.State())
+						}
+					},
+				}
+				got, err := c.Do(context.Background(), "hi")
+				if got != "a: hi" || err != nil {
+					t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
+				}
+				// Exactly what a chain without a breaker does.
+				want := []llmretry.Attempt{
+					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy1, Start: start, Next: llmretry.NextRetry, RetryIn: sec},
+					okRec(0, "a", 2, start.Add(sec), 0),
+				}
+				attempts, _ := rec.seen()
+				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+					t.Errorf("OnAttempt attempts (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]time.Duration{0, sec}, a.times()); diff != "" {
+					t.Errorf("calls (-want +got):\n%s", diff)
+				}
+				if tc.br == nil {
+					return
+				}
+				// One failure counted, then the success reset the count.
+				wantStates := []llmretry.BreakerState{{Failures: 1}, {}}
+				if diff := cmp.Diff(wantStates, states); diff != "" {
+					t.Errorf("State() after each attempt (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// Consecutive transient or timeout failures, one per Do call, open the
+// breaker after Failures of them; the next call skips the backend without
+// sending and falls over, its record saying so.
+func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
+	const hour = time.Hour // a desk latency that the backend's Timeout cuts short
+	tests := []struct {
+		name     string
+		br       *llmretry.Breaker
+		replies  []error // one per call; nil: a hang that the 2s Timeout ends
+		wantKind llmretry.Kind
+		cooldown time.Duration
+	}{
+		{name: "default_five_transient", br: &llmretry.Breaker{}, replies: []error{busy("1"), busy("2"), busy("3"), busy("4"), busy("5")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
+		{name: "custom_two", br: &llmretry.Breaker{Failures: 2, Cooldown: 7 * sec}, replies: []error{busy("1"), busy("2")}, wantKind: llmretry.KindTransient, cooldown: 7 * sec},
+		{name: "one", br: &llmretry.Breaker{Failures: 1}, replies: []error{busy("1")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
+		{name: "timeouts", br: &llmretry.Breaker{Failures: 3}, replies: []error{nil, nil, nil}, wantKind: llmretry.KindTimeout, cooldown: 30 * sec},
+		{name: "mixed_kinds", br: &llmretry.Breaker{Failures: 4}, replies: []error{busy("1"), nil, timedOut, busy("4")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
+		{name: "opened_by_a_timeout", br: &llmretry.Breaker{Failures: 2}, replies: []error{busy("1"), nil}, wantKind: llmretry.KindTimeout, cooldown: 30 * sec},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				a := newDesk("a", func(n int) (time.Duration, error) {
+					if n > len(tc.replies) {
+						return 0, nil
+					}
+					if tc.replies[n-1] == nil {
+						return hour, nil
+					}
+					return 0, tc.replies[n-1]
+				})
+				b := newFake("b", answers)
+				rec := newRecorder()
+				c := &chain{
+					Backends: []backend{
+						{Model: "a", Call: a.Call, Timeout: 2 * sec, Breaker: tc.br},
+						{Model: "b", Call: b.Call},
+					},
+					OnAttempt: rec.OnAttempt,
+				}
+				var lastEnd time.Time
+				for i := range tc.replies {
+					if st := tc.br.State(); st != (llmretry.BreakerState{Failures: i}) {
+						t.Fatalf("before call %d: State() = %+v, want closed with %d failures", i+1, st, i)
+					}
+					if got, err := c.Do(context.Background(), "hi"); got != "b: hi" || err != nil {
+						t.Fatalf("call %d: Do() = %q, %v, want %q, nil", i+1, got, err, "b: hi")
+					}
+					attempts, _ := rec.seen()
+					lastEnd = attempts[len(attempts)-2].Start.Add(attempts[len(attempts)-2].Elapsed)
+					time.Sleep(sec)
+				}
+				n := len(tc.replies)
+				want := llmretry.BreakerState{Open: true, Until: lastEnd.Add(tc.cooldown), Failures: n, Kind: tc.wantKind}
+				if diff := cmp.Diff(want, tc.br.State()); diff != "" {
+					t.Fatalf("State() after %d failures (-want +got):\n%s", n, diff)
+				}
+
+				// Open: the next call skips a without sending anything.
+				now := time.Now()
+				before, _ := rec.seen()
+				if got, err := c.Do(context.Background(), "hi"); got != "b: hi" || err != nil {
+					t.Fatalf("Do() while open = %q, %v, want %q, nil", got, err, "b: hi")
+				}
+				if got := len(a.log()); got != n {
+					t.Errorf("a received %d requests, want %d: none while open", got, n)
+				}
+				attempts, _ := rec.seen()
+				wantRecs := []llmretry.Attempt{
+					skipRec(0, "a", 1, tc.wantKind, now, lastEnd.Add(tc.cooldown).Sub(now), llmretry.NextFallOver, llmretry.WhyBreaker),
+					okRec(1, "b", 1, now, 0),
+				}
+				if diff := cmp.Diff(wantRecs, attempts[len(before):], attemptOpts); diff != "" {
+					t.Errorf("records of the call while open (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// Failures of the other Kinds are about the request, not the backend's
+// health: they neither count towards opening the breaker nor clear the
+// count.
+func TestBreakerOtherKindsDoNotCount(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{name: "rejected", err: llmretry.StatusFailure(400, nil, errors.New("bad request"))},
+		{name: "truncated", err: llmretry.Truncation("partial")},
+		{name: "parse", err: llmretry.ParseFailure("{", errors.New("unexpected end of JSON input"))},
+		{name: "unknown", err: errors.New("mystery")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				// One counted failure would open it.
+				br := &llmretry.Breaker{Failures: 1}
+				a := newFake("a", always(tc.err))
+				b := newFake("b", answers)
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+				for i := range 5 {
+					if got, err := c.Do(context.Background(), "hi"); got != "b: hi" || err != nil {
+						t.Fatalf("call %d: Do() = %q, %v, want %q, nil", i+1, got, err, "b: hi")
+					}
+				}
+				if st := br.State(); st != (llmretry.BreakerState{}) {
+					t.Errorf("State() after 5 %s failures = %+v, want closed with no failures", tc.name, st)
+				}
+				if got := len(a.times()); got != 5 {
+					t.Errorf("a received %d requests, want 5", got)
+				}
+			})
+		})
+		t.Run(tc.name+"_between_transients", func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				br := &llmretry.Breaker{Failures: 2}
+				a := newFake("a", script(busy("1"), tc.err, busy("3")))
+				b := newFake("b", answers)
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+				var states []llmretry.BreakerState
+				for range 3 {
+					c.Do(context.Background(), "hi")
+					states = append(states, br.State())
+				}
+				want := []llmretry.BreakerState{
+					{Failures: 1},
+					{Failures: 1},
+					{Open: true, Until: time.Now().Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient},
+				}
+				if diff := cmp.Diff(want, states); diff != "" {
+					t.Errorf("State() after each call (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+func TestBreakerSuccessResetsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		br := &llmretry.Breaker{Failures: 3}
+		a := newFake("a", func(_ context.Context, n int) error {
+			if n == 3 {
+				return nil
+			}
+			return busy("busy")
+		})
+		b := newFake("b", answers)
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+		var got []llmretry.BreakerState
+		for range 6 {
+			c.Do(context.Background(), "hi")
+			got = append(got, br.State())
+		}
+		want := []llmretry.BreakerState{
+			{Failures: 1}, {Failures: 2}, {}, {Failures: 1}, {Failures: 2},
+			{Open: true, Until: time.Now().Add(30 * sec), Failures: 3, Kind: llmretry.KindTransient},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("State() after each call (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// One retry-after hint opens the breaker at once, whatever the count, for
+// every caller that shares it, until the hint runs out.
+func TestBreakerRetryAfterOpensForEveryCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{} // five failures would be needed without the hint
+		hint := limited(20)
+		a1 := newDesk("a", takes(0, hint))
+		b := newFake("b", answers)
+		rec1 := newRecorder()
+		c1 := &chain{Backends: []backend{{Model: "a", Call: a1.Call, Breaker: br}, {Model: "b", Call: b.Call}}, OnAttempt: rec1.OnAttempt}
+		if got, err := c1.Do(context.Background(), "one"); got != "b: one" || err != nil {
+			t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "b: one")
+		}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(20 * sec), Failures: 1, Kind: llmretry.KindTransient}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Fatalf("State() after the hint (-want +got):\n%s", diff)
+		}
+
+		// Another chain holding the same breaker, for the same deployment.
+		a2 := newDesk("a", takes(0))
+		cc := newFake("c", answers)
+		rec2 := newRecorder()
+		c2 := &chain{Backends: []backend{{Model: "a", Call: a2.Call, Breaker: br}, {Model: "c", Call: cc.Call}}, OnAttempt: rec2.OnAttempt}
+		time.Sleep(5 * sec)
+		if got, err := c2.Do(context.Background(), "two"); got != "c: two" || err != nil {
+			t.Fatalf("Do() at 5s = %q, %v, want %q, nil", got, err, "c: two")
+		}
+		time.Sleep(15 * sec) // the hint has run out
+		if got, err := c2.Do(context.Background(), "three"); got != "a: three" || err != nil {
+			t.Fatalf("Do() at 20s = %q, %v, want %q, nil", got, err, "a: three")
+		}
+		if diff := cmp.Diff([]sent{{20 * sec, "three"}}, a2.log()); diff != "" {
+			t.Errorf("requests to a from the second chain (-want +got):\n%s", diff)
+		}
+		attempts, _ := rec2.seen()
+		wantRecs := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(5*sec), 15*sec, llmretry.NextFallOver, llmretry.WhyBreaker),
+			okRec(1, "c", 1, start.Add(5*sec), 0),
+			okRec(0, "a", 1, start.Add(20*sec), 0),
+		}
+		if diff := cmp.Diff(wantRecs, attempts, attemptOpts); diff != "" {
+			t.Errorf("second chain's records (-want +got):\n%s", diff)
+		}
+		if st := br.State(); st != (llmretry.BreakerState{}) {
+			t.Errorf("State() after the probe answered = %+v, want closed", st)
+		}
+	})
+}
+
+// A hint holds the breaker open no longer than the reporting backend's
+// MaxWait: a longer one is a broken server's.
+func TestBreakerRetryAfterCappedByMaxWait(t *testing.T) {
+	tests := []struct {
+		name      string
+		policy    llmretry.Policy
+		hintSecs  int
+		wantUntil time.Duration
+		wantNext  llmretry.Next
+		wantWhy   llmretry.Why
+		wantIn    time.Duration
+	}{
+		{name: "max_wait", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}, hintSecs: 60, wantUntil: 10 * sec, wantNext: llmretry.NextFallOver, wantWhy: llmretry.WhyMaxWait},
+		{name: "default_max_wait", policy: waits(sec), hintSecs: 600, wantUntil: llmretry.DefaultMaxWait, wantNext: llmretry.NextFallOver, wantWhy: llmretry.WhyMaxWait},
+		{name: "no_cap", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: -1}, hintSecs: 3600, wantUntil: time.Hour, wantNext: llmretry.NextRetry, wantIn: time.Hour},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				br := &llmretry.Breaker{}
+				hint := limited(tc.hintSecs)
+				a := newDesk("a", takes(0, hint))
+				b := newFake("b", answers)
+				var first *llmretry.Attempt
+				var state llmretry.BreakerState
+				c := &chain{
+					Backends: []backend{{Model: "a", Call: a.Call, Retry: tc.policy, Breaker: br}, {Model: "b", Call: b.Call}},
+					OnAttempt: func(_ context.Context, at llmretry.Attempt) {
+						if first == nil {
+							first, state = &at, br.State()
+						}
+					},
+				}
+				c.Do(context.Background(), "hi")
+				want := llmretry.Attempt{
+					Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 429, Err: hint, Start: start,
+					RetryAfter: time.Duration(tc.hintSecs) * sec, Next: tc.wantNext, Why: tc.wantWhy, RetryIn: tc.wantIn,
+				}
+				if diff := cmp.Diff(want, *first, attemptOpts); diff != "" {
+					t.Errorf("record of the hinted attempt (-want +got):\n%s", diff)
+				}
+				wantState := llmretry.BreakerState{Open: true, Until: start.Add(tc.wantUntil), Failures: 1, Kind: llmretry.KindTransient}
+				if diff := cmp.Diff(wantState, state); diff != "" {
+					t.Errorf("State() after the hint (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// A skip encodes as the issue shows it: "skipped": true, fall_over,
+// breaker, the Kind that opened it, no status and zero elapsed.
+func TestBreakerSkipRecordRenders(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down"))
+		time.Sleep(10 * sec)
+		a := newFake("a", answers)
+		b := newFake("b", answers)
+		rec := newRecorder()
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}, OnAttempt: rec.OnAttempt}
+		c.Do(context.Background(), "hi")
+		attempts, _ := rec.seen()
+		skip := attempts[0]
+		var got map[string]any
+		if err := json.Unmarshal([]byte(mustJSON(t, skip)), &got); err != nil {
+			t.Fatal(err)
+		}
+		delete(got, "start")
+		want := map[string]any{
+			"backend": 0.0, "model": "a", "try": 1.0, "kind": "transient", "status": 0.0,
+			"elapsed_ms": 0.0, "retry_after_ms": 20000.0, "next": "fall_over", "why": "breaker",
+			"retry_in_ms": 0.0, "delivered": false, "skipped": true,
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("skip record JSON (-want +got):\n%s", diff)
+		}
+		if got, want := skip.String(), "[backend 0 a try 1] skipped: breaker open after transient failures (falling over: breaker)"; got != want {
+			t.Errorf("String() = %q, want %q", got, want)
+		}
+	})
+}
+
+// When the open backend is the last the call can try, the call waits for
+// it to half-open while the wait passes the checks a retry-after hint
+// passes, MaxWait and the deadline less the reserve, and stops with why
+// "breaker" otherwise.
+func TestBreakerLastBackendWaitsForHalfOpen(t *testing.T) {
+	tests := []struct {
+		name     string
+		cooldown time.Duration
+		policy   llmretry.Policy
+		deadline time.Duration // from the call, at 10s; 0: none
+		waits    bool
+	}{
+		{name: "no_deadline", waits: true},
+		{name: "deadline_fits", deadline: 100 * sec, waits: true}, // reserves 50s: 20s leaves 80s
+		{name: "deadline_past_default_reserve", deadline: 30 * sec},
+		{name: "reserve_exactly", policy: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 10 * sec}, deadline: 30 * sec, waits: true},
+		{name: "reserve_short", policy: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 10 * sec}, deadline: 30*sec - 1},
+		{name: "no_reserve_before_deadline", policy: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: -1}, deadline: 20*sec + 1, waits: true},
+		{name: "no_reserve_at_deadline", policy: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: -1}, deadline: 20 * sec},
+		{name: "max_wait_exactly", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 20 * sec}, waits: true},
+		{name: "max_wait_short", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 20*sec - 1}},
+		{name: "default_max_wait", cooldown: 10 * time.Minute},
+		{name: "no_max_wait", cooldown: 10 * time.Minute, policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: -1}, waits: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				cooldown := 30 * sec
+				if tc.cooldown > 0 {
+					cooldown = tc.cooldown
+				}
+				br := &llmretry.Breaker{Cooldown: tc.cooldown}
+				trip(t, br, busy("down"))
+				a := newDesk("a", takes(0))
+				time.Sleep(10 * sec)
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				rec := newRecorder()
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: tc.policy, Breaker: br}}, OnAttempt: rec.OnAttempt}
+
+				got, err := c.Do(ctx, "hi")
+				attempts, _ := rec.seen()
+				if tc.waits {
+					if got != "a: hi" || err != nil {
+						t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
+					}
+					if diff := cmp.Diff([]sent{{cooldown, "hi"}}, a.log()); diff != "" {
+						t.Errorf("requests to a (-want +got):\n%s", diff)
+					}
+					want := []llmretry.Attempt{okRec(0, "a", 1, start.Add(cooldown), 0)}
+					if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+						t.Errorf("records (-want +got):\n%s", diff)
+					}
+					return
+				}
+				if got, want := time.Since(start), 10*sec; got != want {
+					t.Errorf("Do() returned at %v, want %v: at once", got, want)
+				}
+				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(10*sec), cooldown-10*sec, llmretry.NextStop, llmretry.WhyBreaker)}
+				if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
+					t.Errorf("error's records (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+					t.Errorf("OnAttempt records (-want +got):\n%s", diff)
+				}
+				if isTimedOut(err) {
+					t.Errorf("Do() error = %T, want a plain *Exhausted: no deadline ran out", err)
+				}
+				if a.log() != nil {
+					t.Errorf("a received %v, want nothing", a.log())
+				}
+			})
+		})
+	}
+}
+
+// The last backend's breaker is half-open with a probe in flight: the call
+// waits for the probe to end while its deadline less the reserve allows.
+func TestBreakerLastBackendWaitsForProbe(t *testing.T) {
+	tests := []struct {
+		name     string
+		probe    error // how the probe, sent at 30s, ends at 40s
+		policy   llmretry.Policy
+		deadline time.Duration // of the waiting call, sent at 31s; 0: none
+		wantReqs []sent
+		stopAt   time.Duration // when the waiting call stops; 0: it is answered
+	}{
+		{name: "probe_answers", wantReqs: []sent{{30 * sec, "probe"}, {40 * sec, "waiter"}}},
+		{name: "probe_fails", probe: busy("still down"), wantReqs: []sent{{30 * sec, "probe"}, {70 * sec, "waiter"}}},
+		{
+			name:     "reserve_runs_out",
+			policy:   llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 5 * sec},
+			deadline: 9 * sec, // 40s: the latest start is 35s
+			wantReqs: []sent{{30 * sec, "probe"}},
+			stopAt:   35 * sec,
+		},
+		{
+			name:     "reserve_suffices",
+			policy:   llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 5 * sec},
+			deadline: 14*sec + 1,
+			wantReqs: []sent{{30 * sec, "probe"}, {40 * sec, "waiter"}},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				br := &llmretry.Breaker{}
+				trip(t, br, busy("down"))
+				// The probe takes 10s; later requests answer at once.
+				a := newDesk("a", func(n int) (time.Duration, error) {
+					if n == 1 {
+						return 10 * sec, tc.probe
+					}
+					return 0, nil
+				})
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+				probe := doAt(context.Background(), c, 30*sec, "probe")
+
+				time.Sleep(31 * sec)
+				if st := br.State(); !st.Probing {
+					t.Fatalf("State() at 31s = %+v, want a probe in flight", st)
+				}
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				rec := newRecorder()
+				w := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: tc.policy, Breaker: br}}, OnAttempt: rec.OnAttempt}
+				got, err := w.Do(ctx, "waiter")
+				returned := time.Since(start)
+				<-probe
+				if diff := cmp.Diff(tc.wantReqs, a.log()); diff != "" {
+					t.Errorf("requests to a (-want +got):\n%s", diff)
+				}
+				if tc.stopAt == 0 {
+					if got != "a: waiter" || err != nil {
+						t.Errorf("Do() = %q, %v, want %q, nil", got, err, "a: waiter")
+					}
+					return
+				}
+				if got, want := returned, tc.stopAt; got != want {
+					t.Errorf("Do() returned at %v, want %v", got, want)
+				}
+				// Half-open already: nothing left to wait for but the probe.
+				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.stopAt), 0, llmretry.NextStop, llmretry.WhyBreaker)}
+				if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
+					t.Errorf("error's records (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
