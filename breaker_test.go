@@ -669,3 +669,344 @@ func TestBreakerLastBackendWaitsForProbe(t *testing.T) {
 		})
 	}
 }
+
+// A call that skipped the primary for its breaker comes back to it, as the
+// last backend it can try, when every backend after it failed for a reason
+// about the request; not when one failed for its health.
+func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
+	trunc := llmretry.Truncation("partial")
+	rejected := llmretry.StatusFailure(400, nil, errors.New("bad request"))
+	parse := llmretry.ParseFailure("{", errors.New("unexpected end of JSON input"))
+	unknown := errors.New("mystery")
+	down := busy("down")
+	// rec is the record of a later backend's failure: sent at start+at,
+	// taking 3s.
+	rec := func(bi int, model string, err error, kind llmretry.Kind, status int, raw *string, at time.Duration, next llmretry.Next, why llmretry.Why) func(time.Time) llmretry.Attempt {
+		return func(start time.Time) llmretry.Attempt {
+			return llmretry.Attempt{Backend: bi, Model: model, Try: 1, Kind: kind, Status: status, Err: err, RawText: raw, Start: start.Add(at), Elapsed: 3 * sec, Next: next, Why: why}
+		}
+	}
+	const fo, stop = llmretry.NextFallOver, llmretry.NextStop
+	tests := []struct {
+		name     string
+		later    []error // the replies of the backends after the primary, each taking 3s
+		deadline time.Duration
+		want     []func(time.Time) llmretry.Attempt // after the primary's skip
+		revisit  bool
+		stopAt   time.Duration // when the skip that stops the call is recorded; 0: none
+	}{
+		{
+			// The case.
+			name: "secondary_truncates", later: []error{trunc}, revisit: true,
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", trunc, llmretry.KindTruncated, 0, ptr("partial"), sec, fo, llmretry.WhyNotRetryable)},
+		},
+		{
+			name: "secondary_rejects", later: []error{rejected}, revisit: true,
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", rejected, llmretry.KindRejected, 400, nil, sec, fo, llmretry.WhyNotRetryable)},
+		},
+		{
+			name: "secondary_parse", later: []error{parse}, revisit: true,
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", parse, llmretry.KindParse, 0, ptr("{"), sec, fo, llmretry.WhyWaitsUsed)},
+		},
+		{
+			name: "secondary_unknown", later: []error{unknown}, revisit: true,
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", unknown, llmretry.KindUnknown, 0, nil, sec, fo, llmretry.WhyNotRetryable)},
+		},
+		{
+			name: "secondary_down", later: []error{down},
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", down, llmretry.KindTransient, 503, nil, sec, stop, llmretry.WhyWaitsUsed)},
+		},
+		{
+			name: "secondary_times_out", later: []error{timedOut},
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", timedOut, llmretry.KindTimeout, 0, nil, sec, stop, llmretry.WhyWaitsUsed)},
+		},
+		{
+			name: "truncated_then_rejected", later: []error{trunc, rejected}, revisit: true,
+			want: []func(time.Time) llmretry.Attempt{
+				rec(1, "b", trunc, llmretry.KindTruncated, 0, ptr("partial"), sec, fo, llmretry.WhyNotRetryable),
+				rec(2, "c", rejected, llmretry.KindRejected, 400, nil, 4*sec, fo, llmretry.WhyNotRetryable),
+			},
+		},
+		{
+			name: "down_then_truncated", later: []error{down, trunc},
+			want: []func(time.Time) llmretry.Attempt{
+				rec(1, "b", down, llmretry.KindTransient, 503, nil, sec, fo, llmretry.WhyWaitsUsed),
+				rec(2, "c", trunc, llmretry.KindTruncated, 0, ptr("partial"), 4*sec, stop, llmretry.WhyNotRetryable),
+			},
+		},
+		{
+			name: "rejected_then_down", later: []error{rejected, down},
+			want: []func(time.Time) llmretry.Attempt{
+				rec(1, "b", rejected, llmretry.KindRejected, 400, nil, sec, fo, llmretry.WhyNotRetryable),
+				rec(2, "c", down, llmretry.KindTransient, 503, nil, 4*sec, stop, llmretry.WhyWaitsUsed),
+			},
+		},
+		{
+			// Revisited, but the deadline leaves no room to wait: 26s to
+			// half-open from 4s leaves 11s of 37s, less than the 20s reserve.
+			name: "revisit_past_reserve", later: []error{trunc}, deadline: 40 * sec, stopAt: 4 * sec,
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", trunc, llmretry.KindTruncated, 0, ptr("partial"), sec, fo, llmretry.WhyNotRetryable)},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				br := &llmretry.Breaker{}
+				trip(t, br, busy("down")) // open until 30s
+				a := newDesk("a", takes(2*sec))
+				backends := []backend{{Model: "a", Call: a.Call, Breaker: br}}
+				for i, err := range tc.later {
+					d := newDesk(string(rune('b'+i)), takes(3*sec, err))
+					backends = append(backends, backend{Model: d.name, Call: d.Call})
+				}
+				rec := newRecorder()
+				c := &chain{Backends: backends, OnAttempt: rec.OnAttempt}
+				time.Sleep(sec)
+				ctx := context.Background()
+				if tc.deadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+					defer cancel()
+				}
+				got, err := c.Do(ctx, "hi")
+
+				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(sec), 29*sec, fo, llmretry.WhyBreaker)}
+				for _, w := range tc.want {
+					want = append(want, w(start))
+				}
+				var wantReqs []sent
+				switch {
+				case tc.revisit:
+					if got != "a: hi" || err != nil {
+						t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
+					}
+					wantReqs = []sent{{30 * sec, "hi"}}
+					want = append(want, okRec(0, "a", 1, start.Add(30*sec), 2*sec))
+				case tc.stopAt > 0:
+					skip := skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.stopAt), 30*sec-tc.stopAt, stop, llmretry.WhyBreaker)
+					want = append(want, skip)
+					fallthrough
+				default:
+					if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
+						t.Errorf("error's records (-want +got):\n%s", diff)
+					}
+				}
+				attempts, _ := rec.seen()
+				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+					t.Errorf("OnAttempt records (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(wantReqs, a.log()); diff != "" {
+					t.Errorf("requests to the primary (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// On a backend with a breaker, a retry-after hint is the wait itself: the
+// caller comes back when the breaker half-opens, even when its policy's
+// wait is longer. Without a breaker the hint is only a floor.
+func TestBreakerRetryAfterIsTheWait(t *testing.T) {
+	tests := []struct {
+		name     string
+		breaker  bool
+		hintSecs int
+		wantIn   time.Duration
+	}{
+		{name: "breaker_short_hint", breaker: true, hintSecs: 2, wantIn: 2 * sec},
+		{name: "breaker_long_hint", breaker: true, hintSecs: 15, wantIn: 15 * sec},
+		{name: "no_breaker_short_hint", hintSecs: 2, wantIn: 10 * sec},
+		{name: "no_breaker_long_hint", hintSecs: 15, wantIn: 15 * sec},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var br *llmretry.Breaker
+				if tc.breaker {
+					br = &llmretry.Breaker{}
+				}
+				hint := limited(tc.hintSecs)
+				a := newDesk("a", takes(0, hint))
+				rec := newRecorder()
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(10 * sec), Breaker: br}}, OnAttempt: rec.OnAttempt}
+				if got, err := c.Do(context.Background(), "hi"); got != "a: hi" || err != nil {
+					t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
+				}
+				want := []llmretry.Attempt{
+					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 429, Err: hint, Start: start, RetryAfter: time.Duration(tc.hintSecs) * sec, Next: llmretry.NextRetry, RetryIn: tc.wantIn},
+					okRec(0, "a", 2, start.Add(tc.wantIn), 0),
+				}
+				attempts, _ := rec.seen()
+				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]sent{{0, "hi"}, {tc.wantIn, "hi"}}, a.log()); diff != "" {
+					t.Errorf("requests (-want +got):\n%s", diff)
+				}
+				if br != nil && br.State() != (llmretry.BreakerState{}) {
+					t.Errorf("State() = %+v, want closed: the retry was the probe, and it answered", br.State())
+				}
+			})
+		})
+	}
+}
+
+// Half-open, one call goes through as the probe: a call with somewhere
+// else to go skips, and a call for which it is the last waits for the
+// probe; the probe's success closes the breaker.
+func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down")) // half-opens at 30s
+		a := newDesk("a", takes(5 * sec))
+		b := newFake("b", answers)
+		only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		recY := newRecorder()
+		both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}, OnAttempt: recY.OnAttempt}
+
+		x := doAt(context.Background(), both, 30*sec, "x") // the probe, answered at 35s
+		y := doAt(context.Background(), both, 31*sec, "y") // skips a
+		z := doAt(context.Background(), only, 32*sec, "z") // waits for the probe
+		time.Sleep(33 * sec)
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Probing: true, Kind: llmretry.KindTransient}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() during the probe (-want +got):\n%s", diff)
+		}
+		for _, tc := range []struct {
+			ch   <-chan outcome
+			want string
+			at   time.Duration
+		}{{x, "a: x", 35 * sec}, {y, "b: y", 31 * sec}, {z, "a: z", 40 * sec}} {
+			o := <-tc.ch
+			if o.resp != tc.want || o.err != nil || o.at.Sub(start) != tc.at {
+				t.Errorf("Do() = %q, %v at %v, want %q, nil at %v", o.resp, o.err, o.at.Sub(start), tc.want, tc.at)
+			}
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "x"}, {35 * sec, "z"}}, a.log()); diff != "" {
+			t.Errorf("requests to a (-want +got):\n%s", diff)
+		}
+		attempts, _ := recY.seen()
+		var ys []llmretry.Attempt
+		for _, at := range attempts {
+			if at.Start.Equal(start.Add(31 * sec)) {
+				ys = append(ys, at)
+			}
+		}
+		// Half-open already: RetryAfter is zero.
+		wantY := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(31*sec), 0, llmretry.NextFallOver, llmretry.WhyBreaker),
+			okRec(1, "b", 1, start.Add(31*sec), 0),
+		}
+		if diff := cmp.Diff(wantY, ys, attemptOpts); diff != "" {
+			t.Errorf("records of the call that skipped (-want +got):\n%s", diff)
+		}
+		if st := br.State(); st != (llmretry.BreakerState{}) {
+			t.Errorf("State() after the probe answered = %+v, want closed", st)
+		}
+	})
+}
+
+// The probe's failure opens the breaker again for Cooldown (not doubled),
+// or until its own retry-after, longer or shorter. A probe that failed for
+// a reason about its request found the backend up.
+func TestBreakerProbeOutcome(t *testing.T) {
+	tests := []struct {
+		name    string
+		probe   error // nil: a hang that the 1s Timeout ends
+		hang    bool
+		want    llmretry.BreakerState // Until from the start; zero Until when closed
+		wantFor time.Duration
+	}{
+		{name: "answers", probe: nil},
+		{name: "busy", probe: busy("down"), wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
+		{name: "times_out", hang: true, wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTimeout}},
+		{name: "retry_after_longer", probe: limited(45), wantFor: 11*sec + 45*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
+		{name: "retry_after_shorter", probe: limited(2), wantFor: 11*sec + 2*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
+		{name: "truncated", probe: llmretry.Truncation("partial")},
+		{name: "rejected", probe: llmretry.StatusFailure(400, nil, errors.New("bad request"))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				br := &llmretry.Breaker{Cooldown: 10 * sec}
+				trip(t, br, busy("down")) // half-opens at 10s
+				a := newDesk("a", func(n int) (time.Duration, error) {
+					if tc.hang {
+						return time.Hour, nil
+					}
+					return sec, tc.probe
+				})
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Timeout: sec, Breaker: br}}}
+				time.Sleep(10 * sec)
+				c.Do(context.Background(), "probe") // ends at 11s
+				want := tc.want
+				if tc.wantFor > 0 {
+					want.Until = start.Add(tc.wantFor)
+				}
+				if diff := cmp.Diff(want, br.State()); diff != "" {
+					t.Errorf("State() after the probe (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff([]sent{{10 * sec, "probe"}}, a.log()); diff != "" {
+					t.Errorf("requests (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+	t.Run("fails_twice", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			br := &llmretry.Breaker{Cooldown: 10 * sec}
+			trip(t, br, busy("down"))
+			a := newDesk("a", takes(sec, busy("1"), busy("2")))
+			c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			time.Sleep(10 * sec)
+			c.Do(context.Background(), "first") // fails at 11s: open until 21s
+			time.Sleep(10 * sec)
+			c.Do(context.Background(), "second") // fails at 22s: open until 32s, not doubled
+			want := llmretry.BreakerState{Open: true, Until: start.Add(32 * sec), Failures: 7, Kind: llmretry.KindTransient}
+			if diff := cmp.Diff(want, br.State()); diff != "" {
+				t.Errorf("State() after two failed probes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]sent{{10 * sec, "first"}, {21 * sec, "second"}}, a.log()); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
+	})
+}
+
+// A probe whose caller withdrew learned nothing: the breaker stays
+// half-open and the next call gets the probe.
+func TestBreakerCancelledProbePassesTheTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down"))
+		a := newDesk("a", takes(sec))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		ctx, cancel := context.WithCancel(context.Background())
+		x := doAt(ctx, c, 30*sec, "x")
+		y := doAt(context.Background(), c, 30*sec+500*ms, "y") // waits for x's probe
+		time.Sleep(30*sec + 200*ms)
+		cancel()
+		if o := <-x; !errors.Is(o.err, context.Canceled) {
+			t.Errorf("cancelled probe: Do() = %q, %v, want a *Cancelled", o.resp, o.err)
+		}
+		if want := (llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient}); br.State() != want {
+			t.Errorf("State() after the cancelled probe = %+v, want %+v", br.State(), want)
+		}
+		if o := <-y; o.resp != "a: y" || o.err != nil {
+			t.Errorf("next call: Do() = %q, %v, want %q, nil", o.resp, o.err, "a: y")
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "x"}, {30*sec + 500*ms, "y"}}, a.log()); diff != "" {
+			t.Errorf("requests (-want +got):\n%s", diff)
+		}
+	})
+}
