@@ -863,7 +863,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 		start := time.Now()
 		br := &llmretry.Breaker{}
 		trip(t, br, busy("down")) // half-opens at 30s
-		a := newDesk("a", takes(5 * sec))
+		a := newDesk("a", takes(5*sec))
 		b := newFake("b", answers)
 		only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
 		recY := newRecorder()
