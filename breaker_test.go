@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -917,14 +918,14 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 func TestBreakerProbeOutcome(t *testing.T) {
 	tests := []struct {
 		name    string
-		probe   error // nil: a hang that the 1s Timeout ends
-		hang    bool
+		probe   error                 // at 11s
+		hang    bool                  // the probe hangs until the 2s Timeout ends it
 		want    llmretry.BreakerState // Until from the start; zero Until when closed
 		wantFor time.Duration
 	}{
 		{name: "answers", probe: nil},
 		{name: "busy", probe: busy("down"), wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
-		{name: "times_out", hang: true, wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTimeout}},
+		{name: "times_out", hang: true, wantFor: 12*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTimeout}},
 		{name: "retry_after_longer", probe: limited(45), wantFor: 11*sec + 45*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
 		{name: "retry_after_shorter", probe: limited(2), wantFor: 11*sec + 2*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
 		{name: "truncated", probe: llmretry.Truncation("partial")},
@@ -943,9 +944,10 @@ func TestBreakerProbeOutcome(t *testing.T) {
 					}
 					return sec, tc.probe
 				})
-				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Timeout: sec, Breaker: br}}}
+				// The Timeout ends a hang at 12s; a reply comes at 11s.
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Timeout: 2 * sec, Breaker: br}}}
 				time.Sleep(10 * sec)
-				c.Do(context.Background(), "probe") // ends at 11s
+				c.Do(context.Background(), "probe")
 				want := tc.want
 				if tc.wantFor > 0 {
 					want.Until = start.Add(tc.wantFor)
@@ -1009,4 +1011,274 @@ func TestBreakerCancelledProbePassesTheTurn(t *testing.T) {
 			t.Errorf("requests (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// 100 concurrent calls through one half-open breaker: exactly one probe at
+// a time, and the probe goes to the waiting call whose Do began first,
+// whatever order the calls reached the breaker in and however the
+// goroutines are scheduled. The earliest call reaches it last, through a
+// secondary that truncates.
+func TestBreakerHundredCallsOneProbe(t *testing.T) {
+	trunc := llmretry.Truncation("partial")
+	for run := range 20 {
+		perm := rand.Perm(100)
+		name := func(i int) string { return fmt.Sprintf("c%02d", perm[i]) }
+		synctest.Test(t, func(t *testing.T) {
+			br := &llmretry.Breaker{}
+			trip(t, br, busy("down")) // half-opens at 30s
+			// The first probe fails at 31s, opening it until 61s; the
+			// second answers at 62s.
+			a := newDesk("a", takes(sec, busy("still down")))
+			b := newDesk("b", func(int) (time.Duration, error) { return 3 * sec, trunc })
+			only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+
+			outs := make([]<-chan outcome, 100)
+			// Started in a random order; they begin at 2s, all at once.
+			for _, i := range rand.Perm(98) {
+				outs[i+2] = doAt(context.Background(), only, 2*sec, name(i+2))
+			}
+			// The two earliest calls skip a, and come back to it after b
+			// truncates: they wait from 4s and 4.5s, after the others.
+			outs[0] = doAt(context.Background(), both, sec, name(0))
+			outs[1] = doAt(context.Background(), both, 1500*ms, name(1))
+
+			for i, ch := range outs {
+				o := <-ch
+				switch {
+				case i == 0:
+					var tr *llmretry.Truncated
+					if !errors.As(o.err, &tr) {
+						t.Errorf("run %d: call %s (began first, its probe failed): Do() = %q, %v, want a *Truncated", run, name(i), o.resp, o.err)
+					}
+				case o.resp != "a: "+name(i) || o.err != nil:
+					t.Errorf("run %d: call %s: Do() = %q, %v, want %q, nil", run, name(i), o.resp, o.err, "a: "+name(i))
+				}
+			}
+			reqs := a.log()
+			if len(reqs) != 100 {
+				t.Fatalf("run %d: a received %d requests, want 100", run, len(reqs))
+			}
+			want := []sent{{30 * sec, name(0)}, {61 * sec, name(1)}}
+			if diff := cmp.Diff(want, reqs[:2]); diff != "" {
+				t.Errorf("run %d: the probes (-want +got):\n%s", run, diff)
+			}
+			for _, r := range reqs[2:] {
+				if r.At != 62*sec {
+					t.Errorf("run %d: request %v, want every other request at 62s, when the probe answered", run, r)
+				}
+			}
+		})
+	}
+}
+
+// A call waiting on the breaker returns a *Cancelled as soon as its caller
+// withdraws, its record saying stop and cancelled, and leaves the line: the
+// next call gets the probe.
+func TestBreakerCancelledWhileWaiting(t *testing.T) {
+	cause := errors.New("user left")
+	tests := []struct {
+		name      string
+		probe     bool          // a probe is in flight from 30s to 40s
+		cancelAt  time.Duration // the waiter is sent at 1s, or 31s with a probe
+		wantAfter time.Duration // the skip's RetryAfter
+		nextAt    time.Duration // a call with somewhere else to go, which must get through to a
+	}{
+		{name: "waiting_for_half_open", cancelAt: 11 * sec, wantAfter: 19 * sec, nextAt: 30 * sec},
+		{name: "waiting_for_the_probe", probe: true, cancelAt: 33 * sec, wantAfter: 0, nextAt: 40 * sec},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				br := &llmretry.Breaker{}
+				trip(t, br, busy("down"))
+				lat := time.Duration(0)
+				if tc.probe {
+					lat = 10 * sec
+				}
+				a := newDesk("a", func(n int) (time.Duration, error) {
+					if n == 1 {
+						return lat, nil
+					}
+					return 0, nil
+				})
+				b := newFake("b", answers)
+				only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+				both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+				var probe <-chan outcome
+				sendAt := sec
+				if tc.probe {
+					probe = doAt(context.Background(), only, 30*sec, "probe")
+					sendAt = 31 * sec
+				}
+				ctx, cancel := context.WithCancelCause(context.Background())
+				rec := newRecorder()
+				waiter := &chain{Backends: only.Backends, OnAttempt: rec.OnAttempt}
+				w := make(chan outcome, 1)
+				go func() {
+					time.Sleep(sendAt)
+					resp, err := waiter.Do(ctx, "waiter")
+					w <- outcome{resp, err, time.Now()}
+				}()
+				time.Sleep(tc.cancelAt)
+				cancel(cause)
+				o := <-w
+				if got := o.at.Sub(start); got != tc.cancelAt {
+					t.Errorf("Do() returned at %v, want %v: at once", got, tc.cancelAt)
+				}
+				var ca *llmretry.Cancelled
+				if !errors.As(o.err, &ca) {
+					t.Fatalf("Do() = %q, %v, want a *Cancelled", o.resp, o.err)
+				}
+				if !errors.Is(o.err, context.Canceled) || ca.Cause != cause {
+					t.Errorf("Do() error = %v with Cause %v, want context.Canceled and cause %v", o.err, ca.Cause, cause)
+				}
+				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.cancelAt), tc.wantAfter, llmretry.NextStop, llmretry.WhyCancelled)}
+				if diff := cmp.Diff(want, ca.Attempts, attemptOpts); diff != "" {
+					t.Errorf("error's records (-want +got):\n%s", diff)
+				}
+				attempts, _ := rec.seen()
+				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+					t.Errorf("OnAttempt records (-want +got):\n%s", diff)
+				}
+				// The waiter left the line: a call that would skip if
+				// anyone still waited goes through as the probe.
+				next := doAt(context.Background(), both, tc.nextAt-tc.cancelAt, "next")
+				if o := <-next; o.resp != "a: next" || o.err != nil {
+					t.Errorf("next call at %v: Do() = %q, %v, want %q, nil", tc.nextAt, o.resp, o.err, "a: next")
+				}
+				if probe != nil {
+					<-probe
+				}
+				if st := br.State(); st != (llmretry.BreakerState{}) {
+					t.Errorf("State() at the end = %+v, want closed", st)
+				}
+			})
+		})
+	}
+}
+
+// State gives a dashboard the breaker through an outage and its recovery.
+func TestBreakerStateReadings(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{Failures: 3, Cooldown: 20 * sec}
+		var read []llmretry.BreakerState
+		a := newDesk("a", takes(sec, busy("1"), busy("2"), busy("3")))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		read = append(read, br.State())
+		for range 3 {
+			c.Do(context.Background(), "hi") // each fails after 1s
+			read = append(read, br.State())
+		}
+		time.Sleep(30 * sec) // half-open since 23s
+		read = append(read, br.State())
+		probe := doAt(context.Background(), c, 0, "probe")
+		time.Sleep(500 * ms)
+		read = append(read, br.State())
+		<-probe
+		read = append(read, br.State())
+		until := start.Add(23 * sec)
+		want := []llmretry.BreakerState{
+			{},
+			{Failures: 1},
+			{Failures: 2},
+			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient},
+			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient},                // half-open: Until has passed
+			{Open: true, Until: until, Failures: 3, Probing: true, Kind: llmretry.KindTransient}, // the probe in flight
+			{},
+		}
+		if diff := cmp.Diff(want, read); diff != "" {
+			t.Errorf("State() readings (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// RetryItemAfter of an error whose last attempts were skips is the time
+// until the soonest of those breakers half-opens, counted when asked.
+func TestBreakerRetryItemAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		brA := &llmretry.Breaker{}
+		trip(t, brA, busy("down")) // until 30s
+		time.Sleep(10 * sec)
+		brB := &llmretry.Breaker{Cooldown: 10 * sec}
+		trip(t, brB, busy("down")) // until 20s
+		a, b := newFake("a", answers), newFake("b", answers)
+		time.Sleep(5 * sec)
+		// The deadline reserves 4s: neither breaker half-opens in time.
+		ctx, cancel := context.WithTimeout(context.Background(), 8*sec)
+		defer cancel()
+		one := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brA}}}
+		_, errOne := one.Do(ctx, "hi")
+		two := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brA}, {Model: "b", Call: b.Call, Breaker: brB}}}
+		_, errTwo := two.Do(ctx, "hi")
+		wantTwo := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(15*sec), 15*sec, llmretry.NextFallOver, llmretry.WhyBreaker),
+			skipRec(1, "b", 1, llmretry.KindTransient, start.Add(15*sec), 5*sec, llmretry.NextStop, llmretry.WhyBreaker),
+		}
+		if diff := cmp.Diff(wantTwo, exhausted(t, errTwo), attemptOpts); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+		for _, tc := range []struct {
+			err   error
+			after time.Duration // from 15s
+			want  time.Duration
+		}{
+			{errOne, 0, 15 * sec},
+			{errTwo, 0, 5 * sec},
+			{errOne, 4 * sec, 11 * sec},
+			{errTwo, 4 * sec, sec},
+			{errTwo, 5 * sec, 0},
+		} {
+			time.Sleep(start.Add(15*sec + tc.after).Sub(time.Now()))
+			got, ok := llmretry.RetryItemAfter(tc.err)
+			if got != tc.want || ok != (tc.want > 0) {
+				t.Errorf("at %v: RetryItemAfter() = %v, %t, want %v, %t", 15*sec+tc.after, got, ok, tc.want, tc.want > 0)
+			}
+		}
+		if !llmretry.RetryItem(errTwo) {
+			t.Errorf("RetryItem() = false, want true: the breakers will half-open")
+		}
+		if a.times() != nil || b.times() != nil {
+			t.Errorf("backends received %v and %v, want nothing", a.times(), b.times())
+		}
+	})
+}
+
+func TestBreakerValidate(t *testing.T) {
+	tests := []struct {
+		name     string
+		failures int
+		cooldown time.Duration
+		want     string // "" for valid
+	}{
+		{name: "zero"},
+		{name: "set", failures: 3, cooldown: sec},
+		{name: "negative_failures", failures: -1, want: "llmretry: backend 1 (b): breaker failures or cooldown is negative"},
+		{name: "negative_cooldown", cooldown: -sec, want: "llmretry: backend 1 (b): breaker failures or cooldown is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			a, b := newFake("a", always(busy("down"))), newFake("b", answers)
+			br := &llmretry.Breaker{Failures: tc.failures, Cooldown: tc.cooldown}
+			c := &chain{Backends: []backend{{Model: "a", Call: a.Call}, {Model: "b", Call: b.Call, Breaker: br}}}
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			checkConfigErr(t, "Validate()", err, tc.want)
+			_, err = c.Do(context.Background(), "hi")
+			checkConfigErr(t, "Do()", err, tc.want)
+			if a.times() != nil || b.times() != nil {
+				t.Errorf("backends received %v and %v, want nothing", a.times(), b.times())
+			}
+		})
+	}
 }
