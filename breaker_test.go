@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -1085,7 +1086,7 @@ func TestBreakerCancelledWhileWaiting(t *testing.T) {
 		nextAt    time.Duration // a call with somewhere else to go, which must get through to a
 	}{
 		{name: "waiting_for_half_open", cancelAt: 11 * sec, wantAfter: 19 * sec, nextAt: 30 * sec},
-		{name: "waiting_for_the_probe", probe: true, cancelAt: 33 * sec, wantAfter: 0, nextAt: 40 * sec},
+		{name: "waiting_for_the_probe", probe: true, cancelAt: 33 * sec, wantAfter: 0, nextAt: 41 * sec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1239,6 +1240,14 @@ func TestBreakerRetryItemAfter(t *testing.T) {
 				t.Errorf("at %v: RetryItemAfter() = %v, %t, want %v, %t", 15*sec+tc.after, got, ok, tc.want, tc.want > 0)
 			}
 		}
+		// b's breaker has half-opened: whichever backend the advice looks
+		// at first, there is nothing to wait for.
+		for range 20 {
+			if got, ok := llmretry.RetryItemAfter(errTwo); ok {
+				t.Errorf("at 20s, asked again: RetryItemAfter() = %v, true, want 0, false: b's breaker has half-opened", got)
+				break
+			}
+		}
 		if !llmretry.RetryItem(errTwo) {
 			t.Errorf("RetryItem() = false, want true: the breakers will half-open")
 		}
@@ -1280,5 +1289,207 @@ func TestBreakerValidate(t *testing.T) {
 				t.Errorf("backends received %v and %v, want nothing", a.times(), b.times())
 			}
 		})
+	}
+}
+
+// No goroutine of Do's outlives it, and no waiter stays in the breaker's
+// line: after waiters that were cancelled, stopped by their reserve and
+// answered, the bubble holds only what it held before, and a call with
+// somewhere else to go is let through.
+func TestBreakerLeavesNothingBehind(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
+	synctest.Test(t, func(t *testing.T) {
+		before := runtime.NumGoroutine()
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down"))
+		a := newDesk("a", func(n int) (time.Duration, error) {
+			if n == 1 {
+				return 10 * sec, nil // the probe, from 30s to 40s
+			}
+			return 0, nil
+		})
+		only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		tight := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 5 * sec}, Breaker: br}}}
+		cctx, cancel := context.WithCancel(context.Background())
+		dctx, dcancel := context.WithDeadline(context.Background(), start.Add(40*sec))
+		defer dcancel()
+		cancelled := doAt(cctx, only, sec, "cancelled")
+		probe := doAt(context.Background(), only, 30*sec, "probe")
+		reserve := doAt(dctx, tight, 31*sec, "reserve") // stops at 35s
+		after := doAt(context.Background(), only, 32*sec, "after")
+		time.Sleep(5 * sec)
+		cancel()
+		for _, ch := range []<-chan outcome{cancelled, probe, reserve, after} {
+			<-ch
+		}
+		synctest.Wait()
+		if n := runtime.NumGoroutine(); n > before {
+			t.Errorf("%d goroutines after every Do returned, want at most the %d before", n, before)
+		}
+		if st := br.State(); st != (llmretry.BreakerState{}) {
+			t.Errorf("State() = %+v, want closed", st)
+		}
+		want := []sent{{30 * sec, "probe"}, {40 * sec, "after"}}
+		if diff := cmp.Diff(want, a.log()); diff != "" {
+			t.Errorf("requests (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Do's records with a breaker are what OnAttempt saw, but for the
+// documented correction: a wait that the caller's withdrawal ended.
+func TestBreakerRecordsMatchOnAttempt(t *testing.T) {
+	trunc := llmretry.Truncation("partial")
+	tests := []struct {
+		name   string
+		br     *llmretry.Breaker
+		policy llmretry.Policy
+		a      []error // the primary's replies, each at once
+		b      error   // nil: no secondary
+		cancel time.Duration
+		n      int // records
+	}{
+		// Skipped, revisited after b truncates, and the probe fails.
+		{name: "revisit_probe_fails", br: &llmretry.Breaker{}, a: []error{busy("still down")}, b: trunc, n: 3},
+		// a's own failures open it between tries: try 3 is skipped,
+		// revisited, and retried while probes fail until the waits run out.
+		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3"), busy("4"), busy("5")}, b: trunc, n: 7},
+		// Cancelled during the policy's wait after a failure that opened
+		// it: the record says stop and cancelled, OnAttempt saw a retry.
+		{name: "cancelled_in_wait", br: &llmretry.Breaker{Failures: 1}, policy: waits(5 * sec), a: []error{busy("1")}, cancel: 2 * sec, n: 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				if tc.name == "revisit_probe_fails" {
+					trip(t, tc.br, busy("down"))
+				}
+				a := newDesk("a", takes(0, tc.a...))
+				backends := []backend{{Model: "a", Call: a.Call, Retry: tc.policy, Breaker: tc.br}}
+				if tc.b != nil {
+					b := newDesk("b", func(int) (time.Duration, error) { return 0, tc.b })
+					backends = append(backends, backend{Model: "b", Call: b.Call})
+				}
+				rec := newRecorder()
+				c := &chain{Backends: backends, OnAttempt: rec.OnAttempt}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.cancel > 0 {
+					time.AfterFunc(tc.cancel, cancel)
+				}
+				_, err := c.Do(ctx, "hi")
+				var got []llmretry.Attempt
+				var ca *llmretry.Cancelled
+				if errors.As(err, &ca) {
+					got = ca.Attempts
+				} else {
+					got = exhausted(t, err)
+				}
+				seen, _ := rec.seen()
+				if len(got) != tc.n {
+					t.Errorf("Do() error has %d records, want %d:\n%v", len(got), tc.n, err)
+				}
+				if tc.cancel > 0 {
+					// The documented correction.
+					last := &seen[len(seen)-1]
+					if last.Next != llmretry.NextRetry {
+						t.Fatalf("OnAttempt saw %v, want a retry", *last)
+					}
+					last.Next, last.Why, last.RetryIn = llmretry.NextStop, llmretry.WhyCancelled, 0
+				}
+				if diff := cmp.Diff(seen, got, attemptOpts); diff != "" {
+					t.Errorf("error's records against OnAttempt's (-OnAttempt +error):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// The rule is that a call waiting for its last backend's breaker
+// waits for a probe in flight only while the wait passes the checks a
+// retry-after hint passes; MaxWait is one of them. Without a deadline,
+// a probe that hangs must not park the caller past its MaxWait.
+func TestBreakerProbeWaitBoundedByMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down"))
+		a := newDesk("a", takes(10*time.Minute)) // the probe hangs for 10 minutes
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		probe := doAt(context.Background(), c, 30*sec, "probe")
+		time.Sleep(31 * sec)
+		w := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 5 * sec}, Breaker: br}}}
+		got, err := w.Do(context.Background(), "waiter")
+		returned := time.Since(start)
+		<-probe
+		if returned > 36*sec {
+			t.Errorf("Do() returned at %v (%q, %v), want by 36s: its MaxWait is 5s", returned, got, err)
+		}
+		if err == nil {
+			return
+		}
+		want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, time.Time{}, 0, llmretry.NextStop, llmretry.WhyBreaker)}
+		if diff := cmp.Diff(want, exhausted(t, err), attemptOpts, ignoreTimes); diff != "" {
+			t.Errorf("error's records (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// When a caller that got a retry-after hint comes back at the moment the
+// breaker half-opens, it contends for the probe with calls that waited;
+// the one whose Do began first must get it, in every run, not whichever
+// goroutine the scheduler runs first.
+func TestBreakerProbeOrderAtHalfOpenIsScheduleFree(t *testing.T) {
+	got := map[string]int{}
+	for range 50 {
+		synctest.Test(t, func(t *testing.T) {
+			br := &llmretry.Breaker{}
+			// x's request, sent at 0, is refused at 1s for 10s: the breaker
+			// half-opens at 11s, when x comes back; y waits from 2s.
+			a := newDesk("a", takes(sec, limited(10)))
+			x := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(sec), Breaker: br}}}
+			y := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			ox := doAt(context.Background(), x, 0, "x")
+			oy := doAt(context.Background(), y, 2*sec, "y")
+			<-ox
+			<-oy
+			got[fmt.Sprint(a.log())]++
+		})
+	}
+	want := map[string]int{fmt.Sprint([]sent{{0, "x"}, {11 * sec, "x"}, {12 * sec, "y"}}): 50}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("requests to a over 50 runs, counted (-want +got):\n%s", diff)
+	}
+}
+
+// A call waiting for a probe in flight with no reserve wakes at its
+// deadline, the same instant the context's own timer ends it. The outcome
+// must not depend on which runs first: the skip says "breaker", so the
+// error is the plain *Exhausted that a stop by the breaker gives when the
+// reserve ends the wait.
+func TestBreakerWaitToTheDeadlineIsDeterministic(t *testing.T) {
+	got := map[string]int{}
+	for range 50 {
+		synctest.Test(t, func(t *testing.T) {
+			br := &llmretry.Breaker{}
+			trip(t, br, busy("down"))
+			a := newDesk("a", takes(10*sec)) // the probe, from 30s to 40s
+			c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			probe := doAt(context.Background(), c, 30*sec, "probe")
+			time.Sleep(31 * sec)
+			ctx, cancel := context.WithTimeout(context.Background(), 4*sec)
+			defer cancel()
+			w := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: -1}, Breaker: br}}}
+			_, err := w.Do(ctx, "waiter")
+			<-probe
+			attempts := exhausted(t, err)
+			got[fmt.Sprintf("%T %s", err, attempts[len(attempts)-1].Why)]++
+		})
+	}
+	want := map[string]int{"*llmretry.Exhausted breaker": 50}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcomes over 50 runs, counted (-want +got):\n%s", diff)
 	}
 }
