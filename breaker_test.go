@@ -1493,3 +1493,22 @@ func TestBreakerWaitToTheDeadlineIsDeterministic(t *testing.T) {
 		t.Errorf("outcomes over 50 runs, counted (-want +got):\n%s", diff)
 	}
 }
+
+// A probe's failure reopens the breaker for Cooldown even when the count
+// alone would not: here a retry-after hint opened it after one failure.
+func TestBreakerProbeFailureReopensBelowTheCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{Cooldown: 10 * sec}
+		a := newDesk("a", takes(0, limited(20), busy("still down")))
+		b := newFake("b", answers)
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+		c.Do(context.Background(), "hinted") // open until 20s, one failure counted
+		time.Sleep(20 * sec)
+		c.Do(context.Background(), "probe") // fails at 20s: two failures, of five
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() after the probe failed (-want +got):\n%s", diff)
+		}
+	})
+}
