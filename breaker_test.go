@@ -98,8 +98,8 @@ func limited(secs int) *llmretry.Failure {
 	return llmretry.StatusFailure(http.StatusTooManyRequests, h, errors.New("rate limited"))
 }
 
-// timedOut classifies as KindTimeout without taking any time.
-var timedOut = fmt.Errorf("read: %w", context.DeadlineExceeded)
+// errTimedOut classifies as KindTimeout without taking any time.
+var errTimedOut = fmt.Errorf("read: %w", context.DeadlineExceeded)
 
 // trip opens br now, as other callers' failures with err would, through a
 // chain of its own that the tests' desks do not see.
@@ -223,7 +223,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 		{name: "custom_two", br: &llmretry.Breaker{Failures: 2, Cooldown: 7 * sec}, replies: []error{busy("1"), busy("2")}, wantKind: llmretry.KindTransient, cooldown: 7 * sec},
 		{name: "one", br: &llmretry.Breaker{Failures: 1}, replies: []error{busy("1")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
 		{name: "timeouts", br: &llmretry.Breaker{Failures: 3}, replies: []error{nil, nil, nil}, wantKind: llmretry.KindTimeout, cooldown: 30 * sec},
-		{name: "mixed_kinds", br: &llmretry.Breaker{Failures: 4}, replies: []error{busy("1"), nil, timedOut, busy("4")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
+		{name: "mixed_kinds", br: &llmretry.Breaker{Failures: 4}, replies: []error{busy("1"), nil, errTimedOut, busy("4")}, wantKind: llmretry.KindTransient, cooldown: 30 * sec},
 		{name: "opened_by_a_timeout", br: &llmretry.Breaker{Failures: 2}, replies: []error{busy("1"), nil}, wantKind: llmretry.KindTimeout, cooldown: 30 * sec},
 	}
 	for _, tc := range tests {
@@ -719,8 +719,8 @@ func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
 			want: []func(time.Time) llmretry.Attempt{rec(1, "b", down, llmretry.KindTransient, 503, nil, sec, stop, llmretry.WhyWaitsUsed)},
 		},
 		{
-			name: "secondary_times_out", later: []error{timedOut},
-			want: []func(time.Time) llmretry.Attempt{rec(1, "b", timedOut, llmretry.KindTimeout, 0, nil, sec, stop, llmretry.WhyWaitsUsed)},
+			name: "secondary_times_out", later: []error{errTimedOut},
+			want: []func(time.Time) llmretry.Attempt{rec(1, "b", errTimedOut, llmretry.KindTimeout, 0, nil, sec, stop, llmretry.WhyWaitsUsed)},
 		},
 		{
 			name: "truncated_then_rejected", later: []error{trunc, rejected}, revisit: true,
@@ -1234,7 +1234,7 @@ func TestBreakerRetryItemAfter(t *testing.T) {
 			{errTwo, 4 * sec, sec},
 			{errTwo, 5 * sec, 0},
 		} {
-			time.Sleep(start.Add(15*sec + tc.after).Sub(time.Now()))
+			time.Sleep(time.Until(start.Add(15*sec + tc.after)))
 			got, ok := llmretry.RetryItemAfter(tc.err)
 			if got != tc.want || ok != (tc.want > 0) {
 				t.Errorf("at %v: RetryItemAfter() = %v, %t, want %v, %t", 15*sec+tc.after, got, ok, tc.want, tc.want > 0)
