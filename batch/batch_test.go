@@ -147,11 +147,15 @@ func numbered(n int) []string {
 	return ids
 }
 
-// endless yields items "0", "1", … until Run stops taking them, and
-// counts in *taken the items it gave.
+// endlessCap is where endless gives up, so that a runner that never
+// stops taking items fails a test instead of hanging it.
+const endlessCap = 100_000
+
+// endless yields items "0", "1", … until Run stops taking them (or
+// endlessCap), and counts in *taken the items it gave.
 func endless(taken *int) iter.Seq[batch.Item[string]] {
 	return func(yield func(batch.Item[string]) bool) {
-		for i := 0; ; i++ {
+		for i := range endlessCap {
 			*taken++
 			if !yield(batch.Item[string]{ID: strconv.Itoa(i), Req: strconv.Itoa(i)}) {
 				return
@@ -286,6 +290,9 @@ func TestCancelCountsAddUp(t *testing.T) {
 
 				if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
 					t.Errorf("Run() error = %v, want one matching context.Canceled and the cause", err)
+				}
+				if taken >= endlessCap {
+					t.Errorf("Run() took all %d items, want it to stop taking them once cancelled", taken)
 				}
 				if counts.Total() != taken {
 					t.Errorf("Run() counts = %+v, total %d, want a total of %d (items taken)", counts, counts.Total(), taken)
@@ -470,8 +477,18 @@ func TestSinkFails(t *testing.T) {
 		r := rec.runner(f.chain())
 		diskFull := errors.New("disk full")
 		r.Dead = batch.SinkFunc(func(batch.DeadLetter) error { return diskFull })
+		// A finite iterator, so that a runner that ignored the Sink's
+		// error would end rather than run forever.
 		taken := 0
-		counts, err := r.Run(context.Background(), endless(&taken))
+		seq := func(yield func(batch.Item[string]) bool) {
+			for item := range items(numbered(1000)...) {
+				taken++
+				if !yield(item) {
+					return
+				}
+			}
+		}
+		counts, err := r.Run(context.Background(), seq)
 		if !errors.Is(err, diskFull) {
 			t.Errorf("Run() error = %v, want one wrapping %v", err, diskFull)
 		}
@@ -515,4 +532,35 @@ func TestConfigErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An item whose last run is cut short by the cancellation is not run,
+// not dead: the failure was the cancellation's, not the item's. An item
+// that failed for good before the cancellation stays dead.
+func TestCancelDuringLastRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(time.Second, map[string][]error{"busy": {overloaded}, "cut": {cut}})
+		var rec record
+		r := rec.runner(f.chain())
+		r.Runs = 2
+		r.Waits = []time.Duration{time.Second}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(2500*time.Millisecond, cancel) // busy's second run is from 2s to 3s
+		counts, err := r.Run(ctx, items("busy", "cut"))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run() error = %v, want context.Canceled", err)
+		}
+		if want := (batch.Counts{Dead: 1, NotRun: 1}); counts != want {
+			t.Errorf("Run() counts = %+v, want %+v", counts, want)
+		}
+		if last, ok := rec.notRun["busy"]; !ok || !errors.As(last, new(*llmretry.Cancelled)) {
+			t.Errorf("OnNotRun got %v (%T), %t for busy; want a *Cancelled", last, last, ok)
+		}
+		if d, ok := rec.dead["cut"]; !ok || d.Runs != 1 {
+			t.Errorf("dead letter for cut = %+v, %t; want one after 1 run", d, ok)
+		}
+		if diff := cmp.Diff([]time.Duration{0, 2 * time.Second}, f.runs["busy"]); diff != "" {
+			t.Errorf("run times of busy (-want +got):\n%s", diff)
+		}
+	})
 }
