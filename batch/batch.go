@@ -122,8 +122,8 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	b.ctx = gctx
 
 	// A pending slot and a concurrency slot are taken before an item is
-	// pulled, so that no item is pulled that could not start at once, and
-	// first runs start in the iterator's order.
+	// pulled, so that no item is pulled that could not start at once: a
+	// cancellation then strands as few items as it can.
 	pending := make(chan struct{}, b.pending)
 	take := func() bool {
 		if gctx.Err() != nil {

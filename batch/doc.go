@@ -39,10 +39,13 @@
 //
 // # Timing
 //
-// A waiting item, between runs, holds no concurrency slot: other items run
-// meanwhile. Waits end at once when the context is done. Runner.Pending
-// bounds the items taken and not yet finished, running or waiting, so a
-// provider-wide outage cannot pull an endless iterator into memory.
+// Run takes an item from the iterator only when a concurrency slot is free
+// for its first run, so that it never holds an item it could not start. A
+// waiting item, between runs, holds no slot: other items run meanwhile,
+// and it queues for a slot again when its wait is over. Waits end at once
+// when the context is done. Runner.Pending bounds the items taken and not
+// yet ended, running or waiting, so that a provider-wide outage cannot
+// pull an endless iterator into memory.
 //
 // # Errors
 //
