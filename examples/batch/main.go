@@ -169,10 +169,10 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 		OnProgress: func(c batch.Counts) { latest.Store(&c) },
 	}
 
-	fmt.Fprintf(w, "%d items through %s (OpenAI API) and, when it fails, %s (Anthropic API), both llmretrytest servers on loopback;\n", items, primaryModel, fallbackName)
-	fmt.Fprintf(w, "%d at a time, up to %d runs per item.\n", r.Concurrency, r.Runs)
-	fmt.Fprintf(w, "Scripted: %s is down from %v to %v (503, retry-after 2); %s rate-limits every 4th request (429, retry-after 1);\n", primaryModel, outageStart, outageEnd, fallbackName)
-	fmt.Fprintln(w, "25 items are cut off at max_tokens every time; 10 items fail with 500 everywhere.")
+	fmt.Fprintf(w, "%d items, %d at a time, up to %d runs each, through two scripted providers on loopback:\n", items, r.Concurrency, r.Runs)
+	fmt.Fprintf(w, "  primary   %-18s OpenAI API     down from %v to %v (503, retry-after 2)\n", primaryModel, outageStart, outageEnd)
+	fmt.Fprintf(w, "  fallback  %-18s Anthropic API  429 with retry-after 1 on every 4th request\n", fallbackName)
+	fmt.Fprintln(w, "25 items are cut off at max_tokens every time; 10 fail with 500 everywhere.")
 	fmt.Fprintln(w)
 
 	// On a terminal the progress line is rewritten in place: back to the
@@ -182,15 +182,18 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 	if terminal {
 		every, begin, end = 100*time.Millisecond, "\r", "\x1b[K"
 	}
+	// Short enough for an 80-column terminal, where a wrapped line could
+	// not be rewritten in place.
+	fmt.Fprintln(w, "  time  ended    ok  dead  not run  primary (requests)  fallback (requests)")
 	progress := func() {
 		c := *latest.Load()
 		state := "up"
 		if e := time.Since(start); e >= outageStart && e < outageEnd {
 			state = "DOWN"
 		}
-		fmt.Fprintf(w, "%s%5.1fs  %4d/%d ended: %4d succeeded, %3d dead, %d not run   requests: %s %d (%s), %s %d%s",
-			begin, time.Since(start).Seconds(), c.Total(), items, c.Succeeded, c.Dead, c.NotRun,
-			primaryModel, sent[0].Load(), state, fallbackName, sent[1].Load(), end)
+		fmt.Fprintf(w, "%s%5.1fs%7d%6d%6d%9d  %-4s%14d%21d%s",
+			begin, time.Since(start).Seconds(), c.Total(), c.Succeeded, c.Dead, c.NotRun,
+			state, sent[0].Load(), sent[1].Load(), end)
 	}
 	// The outage, and the progress line, run beside the batch; both end
 	// before run returns.
@@ -221,9 +224,10 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 		runErr = err
 	}
 
-	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run, of %d items; %d runs in all, %d of them re-runs.\n",
+	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run (%d items); %d runs, %d of them re-runs.\n",
 		time.Since(start).Seconds(), counts.Succeeded, counts.Dead, counts.NotRun, counts.Total(), runs.Load(), runs.Load()-int64(counts.Total()))
-	fmt.Fprintf(w, "Dead letters (%d) written to %s, one JSON object per line (id, runs, and the chain's record of the last run):\n", counts.Dead, deadFile)
+	fmt.Fprintf(w, "%d dead letters written to %s, one JSON object per line:\n", counts.Dead, deadFile)
+	fmt.Fprintln(w, "the item's id, its runs, and the chain's record of its last run, attempt by attempt.")
 	for _, o := range []string{"truncated", "exhausted", "timed_out", "other"} {
 		if n, ok := outcomes.Load(o); ok {
 			fmt.Fprintf(w, "  %-9s %3d  %s\n", o, n.(*atomic.Int64).Load(), lever[o])
@@ -237,8 +241,8 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 
 // lever says what to do about each kind of dead letter.
 var lever = map[string]string{
-	"truncated": "cut off at the token budget on every backend: raise max_tokens (re-running cannot help)",
-	"exhausted": "every backend failed on every run: look at the attempts in the record",
+	"truncated": "cut off at max_tokens on every backend: raise the budget; re-runs cannot help",
+	"exhausted": "every backend failed on every run: see the attempts",
 	"timed_out": "ran out of time: raise the timeouts",
 	"other":     "not the chain's error",
 }
