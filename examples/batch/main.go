@@ -68,7 +68,7 @@ func main() {
 	fi, err := os.Stdout.Stat()
 	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
 	if _, err := run(ctx, os.Stdout, terminal); err != nil {
-		fmt.Fprintln(os.Stderr, "batch:", err)
+		fmt.Fprintln(os.Stderr, err) // the runner's errors name their package, "batch: "
 		os.Exit(1)
 	}
 }
@@ -224,8 +224,8 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 		runErr = err
 	}
 
-	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run (%d items); %d runs, %d of them re-runs.\n",
-		time.Since(start).Seconds(), counts.Succeeded, counts.Dead, counts.NotRun, counts.Total(), runs.Load(), runs.Load()-int64(counts.Total()))
+	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run (%d items); %d runs in all.\n",
+		time.Since(start).Seconds(), counts.Succeeded, counts.Dead, counts.NotRun, counts.Total(), runs.Load())
 	fmt.Fprintf(w, "%d dead letters written to %s, one JSON object per line:\n", counts.Dead, deadFile)
 	fmt.Fprintln(w, "the item's id, its runs, and the chain's record of its last run, attempt by attempt.")
 	for _, o := range []string{"truncated", "exhausted", "timed_out", "other"} {
