@@ -101,7 +101,7 @@ type Runner[Req, Resp any] struct {
 }
 
 // Run takes items from the iterator (a slice goes in through
-// slices.Values) and runs each through the Chain until it succeeds, fails
+// slices.Values; nil means none) and runs each through the Chain until it succeeds, fails
 // for good or the context ends, and returns how the items taken ended. It
 // returns when every item taken has ended and every goroutine it started
 // is done. Run stops taking items once ctx is done or a Sink has failed;
@@ -141,6 +141,9 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 		return true
 	}
 	stopped := !take()
+	if items == nil {
+		items = func(func(Item[Req]) bool) {} // no items, as for an empty slice
+	}
 	if !stopped {
 		for item := range items {
 			g.Go(func() error {

@@ -564,3 +564,12 @@ func TestCancelDuringLastRun(t *testing.T) {
 		}
 	})
 }
+
+// A nil iterator is an empty batch.
+func TestNilItems(t *testing.T) {
+	var rec record
+	counts, err := rec.runner(newFake(0, nil).chain()).Run(context.Background(), nil)
+	if counts != (batch.Counts{}) || err != nil {
+		t.Errorf("Run(nil) = %+v, %v, want no counts, nil", counts, err)
+	}
+}
