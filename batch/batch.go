@@ -101,10 +101,10 @@ type Runner[Req, Resp any] struct {
 }
 
 // Run takes items from the iterator (a slice goes in through
-// slices.Values; nil means none) and runs each through the Chain until it succeeds, fails
-// for good or the context ends, and returns how the items taken ended. It
-// returns when every item taken has ended and every goroutine it started
-// is done. Run stops taking items once ctx is done or a Sink has failed;
+// slices.Values; nil means none), runs each through the Chain until it
+// succeeds, fails for good or the context ends, and returns how the items
+// taken ended. It returns when every item taken has ended and every
+// goroutine it started is done. Run stops taking items once ctx is done or a Sink has failed;
 // it checks between items, so an iterator that blocks must unblock itself
 // (on the same ctx, say).
 //
@@ -179,7 +179,7 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 }
 
 // begin checks the runner's settings and returns one batch's state.
-func (r *Runner[Req, Resp]) begin() (*run[Req, Resp], error) {
+func (r *Runner[Req, Resp]) begin() (*state[Req, Resp], error) {
 	switch {
 	case r.Chain == nil:
 		return nil, &configError{"batch: chain is nil"}
@@ -202,7 +202,7 @@ func (r *Runner[Req, Resp]) begin() (*run[Req, Resp], error) {
 	if err := r.Chain.Validate(); err != nil {
 		return nil, &configError{"batch: " + err.Error()}
 	}
-	b := &run[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
+	b := &state[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
 	if b.concurrency == 0 {
 		b.concurrency = DefaultConcurrency
 	}
@@ -219,8 +219,8 @@ func (r *Runner[Req, Resp]) begin() (*run[Req, Resp], error) {
 	return b, nil
 }
 
-// run is the state of one Run call.
-type run[Req, Resp any] struct {
+// state is what one Run call keeps.
+type state[Req, Resp any] struct {
 	r           *Runner[Req, Resp]
 	ctx         context.Context // the errgroup's: done when the caller's is, or a Sink failed
 	concurrency int
@@ -235,7 +235,7 @@ type run[Req, Resp any] struct {
 
 // run takes one item through its runs and ends it; the error is a Sink's.
 // The caller has taken a concurrency slot for the first run.
-func (b *run[Req, Resp]) run(item Item[Req]) error {
+func (b *state[Req, Resp]) run(item Item[Req]) error {
 	var err error // the last run's
 	for runs := 1; ; runs++ {
 		if runs > 1 && !b.acquire() {
@@ -270,7 +270,7 @@ func (b *run[Req, Resp]) run(item Item[Req]) error {
 
 // acquire takes a concurrency slot, or reports false when the context
 // ended first.
-func (b *run[Req, Resp]) acquire() bool {
+func (b *state[Req, Resp]) acquire() bool {
 	if b.ctx.Err() != nil {
 		return false
 	}
@@ -284,7 +284,7 @@ func (b *run[Req, Resp]) acquire() bool {
 
 // sleep waits d, holding no slot, or reports false when the context ended
 // first.
-func (b *run[Req, Resp]) sleep(d time.Duration) bool {
+func (b *state[Req, Resp]) sleep(d time.Duration) bool {
 	if d <= 0 {
 		return b.ctx.Err() == nil
 	}
@@ -299,7 +299,7 @@ func (b *run[Req, Resp]) sleep(d time.Duration) bool {
 }
 
 // succeed ends item as a success.
-func (b *run[Req, Resp]) succeed(item Item[Req], resp Resp) error {
+func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.r.OnResult != nil {
@@ -311,7 +311,7 @@ func (b *run[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 }
 
 // dead ends item as a dead letter. A failing Sink's error stops the batch.
-func (b *run[Req, Resp]) dead(item Item[Req], runs int, err error) error {
+func (b *state[Req, Resp]) dead(item Item[Req], runs int, err error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	putErr := b.r.Dead.Put(DeadLetter{ID: item.ID, Runs: runs, Err: err})
@@ -324,7 +324,7 @@ func (b *run[Req, Resp]) dead(item Item[Req], runs int, err error) error {
 }
 
 // notRun ends item as not run; last is its last run's error, if it ran.
-func (b *run[Req, Resp]) notRun(item Item[Req], last error) error {
+func (b *state[Req, Resp]) notRun(item Item[Req], last error) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.r.OnNotRun != nil {
@@ -336,7 +336,7 @@ func (b *run[Req, Resp]) notRun(item Item[Req], last error) error {
 }
 
 // progress reports the counts; b.mu is held.
-func (b *run[Req, Resp]) progress() {
+func (b *state[Req, Resp]) progress() {
 	if b.r.OnProgress != nil {
 		b.r.OnProgress(b.counts)
 	}
