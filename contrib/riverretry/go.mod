@@ -3,6 +3,7 @@ module github.com/llmretry/llmretry/contrib/riverretry
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/llmretry/llmretry v0.0.0-00010101000000-000000000000
 	github.com/riverqueue/river v0.51.2
