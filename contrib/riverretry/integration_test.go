@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +18,20 @@ import (
 )
 
 // The timing of the integration tests, chosen together. River's
-// JobTimeout is the chain's deadline. Within it the chain waits 20ms
-// between tries of a backend, and keeps a reserve of 1.5s: a wait is
-// taken only if it ends at least that long before the deadline. So a
-// backend gets two tries per run (the listed 20ms wait fits; the last
-// wait repeating at a second does not), and a 1s retry-after never fits
-// in a run: the chain stops, advises 1s, and the adapter snoozes the job.
+// JobTimeout is the chain's deadline. Within it a backend is tried three
+// times: after the first try it waits 20ms, after the second not at all,
+// and a zero last wait does not repeat, so the count does not depend on
+// how fast the machine is. Each wait is taken only if it ends at least
+// the reserve (1.5s) before the deadline; the two short ones fit unless a
+// run has already taken 2.4s. A retry-after of 3s never fits (3s + 1.5s
+// > 4s), so the chain stops, advises about 3s, and the adapter snoozes
+// the job instead of spending an attempt.
 const (
-	jobTimeout = 2 * time.Second
+	jobTimeout = 4 * time.Second
 	reserve    = 1500 * time.Millisecond
+	retryAfter = 3 * time.Second
+	// tries is how many times a run tries each backend.
+	tries = 3
 	// maxSnoozes is the adapter's limit in these tests.
 	maxSnoozes = 2
 )
@@ -34,7 +40,7 @@ const (
 // OpenAI-compatible provider, then the same model name on an
 // Anthropic-compatible one.
 func newChain(openai, anthropic *llmretrytest.Server) *llmretry.Chain[chatArgs, string] {
-	policy := llmretry.Policy{Waits: []time.Duration{20 * time.Millisecond}, Reserve: reserve}
+	policy := llmretry.Policy{Waits: []time.Duration{20 * time.Millisecond, 0}, Reserve: reserve, MaxWait: time.Minute}
 	return &llmretry.Chain[chatArgs, string]{
 		Backends: []llmretry.Backend[chatArgs, string]{
 			{Model: "primary", Call: openAIChat(openai.OpenAIBaseURL()), Retry: policy},
@@ -52,7 +58,7 @@ type category struct {
 	script func(model string, i int, openai, anthropic *llmretrytest.Server)
 }
 
-var rateLimited = llmretrytest.Status(429).WithHeader("retry-after", "1")
+var rateLimited = llmretrytest.Status(429).WithHeader("retry-after", strconv.Itoa(int(retryAfter/time.Second)))
 
 // rounds is how many runs of rate-limited job i are snoozed before its
 // provider takes work again: one or two.
@@ -83,7 +89,13 @@ var categories = []category{
 	}},
 	{"outage", 100, func(m string, _ int, o, a *llmretrytest.Server) {
 		o.Script(m, llmretrytest.Status(503))
-		a.Script(m, llmretrytest.Status(503), llmretrytest.Status(503), llmretrytest.Answer("Hello from "+m))
+		// The secondary fails the first run's tries, and answers the
+		// second run.
+		steps := make([]llmretrytest.Step, 0, tries+1)
+		for range tries {
+			steps = append(steps, llmretrytest.Status(503))
+		}
+		a.Script(m, append(steps, llmretrytest.Answer("Hello from "+m))...)
 	}},
 	{"dead", 69, func(m string, _ int, o, a *llmretrytest.Server) {
 		o.Script(m, llmretrytest.Status(503))
@@ -191,8 +203,8 @@ func TestRiverTwoMachines(t *testing.T) {
 			want.check(t, job, model, md, jobRuns)
 			for _, e := range job.Errors {
 				s := decodeStored(t, job, e.Error)
-				if s.Outcome != "exhausted" || len(s.Attempts) != 2 || s.Attempts[0].Status != 429 || s.Attempts[0].RetryAfter != time.Second {
-					t.Errorf("%s: stored error = %+v, want exhausted after a 429 with retry-after 1s on each backend", model, s)
+				if s.Outcome != "exhausted" || len(s.Attempts) != 2 || s.Attempts[0].Status != 429 || s.Attempts[0].RetryAfter != retryAfter {
+					t.Errorf("%s: stored error = %+v, want exhausted after a 429 with retry-after %v on each backend", model, s, retryAfter)
 				}
 			}
 		case "flaky":
@@ -331,8 +343,8 @@ func checkLastSnooze(t *testing.T, model string, md riverretry.Metadata) {
 		t.Errorf("%s: no last snooze recorded", model)
 		return
 	}
-	if last.Attempt != 1 || last.For <= 0 || last.For > time.Second {
-		t.Errorf("%s: last snooze = attempt %d for %v, want attempt 1, for at most 1s", model, last.Attempt, last.For)
+	if last.Attempt != 1 || last.For <= 0 || last.For > retryAfter {
+		t.Errorf("%s: last snooze = attempt %d for %v, want attempt 1, for at most %v", model, last.Attempt, last.For, retryAfter)
 	}
 	var s stored
 	if err := json.Unmarshal(last.Error, &s); err != nil || s.Outcome != "exhausted" || len(s.Attempts) != 2 {
@@ -340,20 +352,20 @@ func checkLastSnooze(t *testing.T, model string, md riverretry.Metadata) {
 		return
 	}
 	for _, a := range s.Attempts {
-		if a.Status != 429 || a.RetryAfter != time.Second || a.Why != llmretry.WhyReserve {
-			t.Errorf("%s: snoozed attempt = %v (status %d, why %s), want a 429 with retry-after 1s, stopped by the reserve", model, a, a.Status, a.Why)
+		if a.Status != 429 || a.RetryAfter != retryAfter || a.Why != llmretry.WhyReserve {
+			t.Errorf("%s: snoozed attempt = %v (status %d, why %s), want a 429 with retry-after %v, stopped by the reserve", model, a, a.Status, a.Why, retryAfter)
 		}
 	}
 }
 
-// checkStoredTransient: every stored entry is the chain's record of four
-// 503s, two per backend, and River's entry is the JSON alone.
+// checkStoredTransient: every stored entry is the chain's record of a
+// 503 for each try on each backend, and River's entry is the JSON alone.
 func checkStoredTransient(t *testing.T, job *rivertype.JobRow, model string) {
 	t.Helper()
 	for _, e := range job.Errors {
 		s := decodeStored(t, job, e.Error)
-		if s.Outcome != "exhausted" || !s.ItemRetryable || len(s.Attempts) != 4 {
-			t.Errorf("%s: stored %s, want exhausted, retryable, 4 attempts", model, e.Error)
+		if s.Outcome != "exhausted" || !s.ItemRetryable || len(s.Attempts) != 2*tries {
+			t.Errorf("%s: stored %s, want exhausted, retryable, %d attempts", model, e.Error, 2*tries)
 			continue
 		}
 		for _, a := range s.Attempts {
