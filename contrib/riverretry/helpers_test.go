@@ -248,8 +248,8 @@ func (m machine) start(t *testing.T, url, schema string) (*river.Client[pgx.Tx],
 
 // waitFinal waits until want distinct jobs have reached a final state
 // (completed, cancelled or discarded), as the clients report it, or fails
-// the test after limit.
-func waitFinal(t *testing.T, want int, limit time.Duration, events ...<-chan *river.Event) {
+// the test after limit, saying where the client's jobs stand.
+func waitFinal(t *testing.T, client *river.Client[pgx.Tx], want int, limit time.Duration, events ...<-chan *river.Event) {
 	t.Helper()
 	final := map[int64]bool{}
 	timeout := time.NewTimer(limit)
@@ -284,7 +284,11 @@ func waitFinal(t *testing.T, want int, limit time.Duration, events ...<-chan *ri
 				final[ev.Job.ID] = true
 			}
 		case <-timeout.C:
-			t.Fatalf("after %v, %d of %d jobs are final", limit, len(final), want)
+			states := map[rivertype.JobState]int{}
+			for _, job := range allJobs(t, client) {
+				states[job.State]++
+			}
+			t.Fatalf("after %v, %d of %d jobs are final; jobs by state: %v", limit, len(final), want, states)
 		}
 	}
 }

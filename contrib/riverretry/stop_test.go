@@ -77,7 +77,7 @@ func TestRiverStopMidRun(t *testing.T) {
 	if err := clientB.StopAndCancel(t.Context()); err != nil {
 		t.Fatalf("StopAndCancel(machine-b) = %v", err)
 	}
-	waitFinal(t, total, 60*time.Second, eventsA, eventsB)
+	waitFinal(t, clientA, total, 60*time.Second, eventsA, eventsB)
 
 	jobs := allJobs(t, clientA)
 	if len(jobs) != total {
