@@ -22,10 +22,10 @@ import (
 // times: after the first try it waits 20ms, after the second not at all,
 // and a zero last wait does not repeat, so the count does not depend on
 // how fast the machine is. Each wait is taken only if it ends at least
-// the reserve (1.5s) before the deadline; the two short ones fit unless a
-// run has already taken about 2.5s. A retry-after of 3s never fits (3s + 1.5s
-// > 4s), so the chain stops, advises about 3s, and the adapter snoozes
-// the job instead of spending an attempt.
+// the reserve (1.5s) before the deadline; the two short ones fit unless
+// a run has already taken about 2.5s. A retry-after of 3s never fits
+// (3s + 1.5s > 4s), so the chain stops, advises about 3s, and the
+// adapter snoozes the job instead of spending an attempt.
 const (
 	jobTimeout = 4 * time.Second
 	reserve    = 1500 * time.Millisecond

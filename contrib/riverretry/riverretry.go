@@ -75,10 +75,14 @@ func (a *Adapter) Work(ctx context.Context, job *rivertype.JobRow, doInner func(
 // ([llmretry.RetryItem], [llmretry.RetryItemAfter]):
 //
 //   - nil: nil, and River completes the job.
-//   - an [*llmretry.Cancelled] (the worker's context ended: River is
-//     stopping, or the job was cancelled): err unchanged, so River makes
-//     the job available again without using up an attempt and stores no
-//     error; the cancellation is counted in the job's metadata.
+//   - an [*llmretry.Cancelled] (the worker's context ended): err
+//     unchanged, and the cancellation counted in the job's metadata.
+//     When River's own shutdown (StopAndCancel, or SoftStopTimeout
+//     running out) cancelled the context, River makes the job available
+//     again without using up an attempt and stores no error; when the
+//     job was cancelled through River's API, River cancels it. A
+//     cancellation of the worker's own making is stored and retried as
+//     any error is.
 //   - RetryItem false: river.JobCancel of an [*Error] (or the *Error
 //     alone with CancelByHandler), and River cancels the job at once,
 //     whatever attempts it has left.
