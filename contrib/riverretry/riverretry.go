@@ -28,7 +28,11 @@ const DefaultMaxSnooze = time.Hour
 // leave it be. Use it as a worker middleware (install it in
 // river.Config.Middleware, and existing workers need no change) or call
 // [Adapter.Result] on a worker's return value; doing both is harmless,
-// since Result leaves an error it has already mapped alone.
+// since Result leaves an error it has already mapped alone. As
+// middleware it sees every job kind of the client; an error that carries
+// neither the chain's typed errors nor the advice interfaces
+// ([llmretry.ItemRetryable], [llmretry.ItemRetryAfter]) passes through
+// unchanged, so other workers behave as before.
 //
 // The zero Adapter is ready to use: at most [DefaultMaxSnoozes] snoozes
 // per job, each at most [DefaultMaxSnooze], and cancellation with
