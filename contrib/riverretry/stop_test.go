@@ -20,9 +20,21 @@ import (
 // spending an attempt or storing an error, the adapter counts the
 // cancellation in the job's metadata, and the other client finishes every
 // job, each exactly once.
+//
+// The stopped client uses the adapter one way or the other: its worker
+// calls the function, or it has the middleware installed.
 func TestRiverStopMidRun(t *testing.T) {
 	url := pgURL(t)
-	const schema = "llmretry_river_stop"
+	for _, middleware := range []bool{false, true} {
+		name := "function"
+		if middleware {
+			name = "middleware"
+		}
+		t.Run(name, func(t *testing.T) { testStopMidRun(t, url, "llmretry_river_stop_"+name, middleware) })
+	}
+}
+
+func testStopMidRun(t *testing.T, url, schema string, middleware bool) {
 	freshSchema(t, url, schema)
 
 	openai := llmretrytest.NewServer()
@@ -58,6 +70,10 @@ func TestRiverStopMidRun(t *testing.T) {
 	b := machine{
 		id: "machine-b", maxWorkers: 10, jobTimeout: 10 * time.Second, log: log, started: startedB,
 		worker: &chatWorker{chain: chain, adapter: &riverretry.Adapter{}},
+	}
+	if middleware {
+		b.worker = &chatWorker{chain: chain}
+		b.middleware = []rivertype.Middleware{&riverretry.Adapter{}}
 	}
 	clientA, eventsA := a.start(t, url, schema)
 	clientB, eventsB := b.start(t, url, schema)
