@@ -1,0 +1,15 @@
+//go:build llmretrybreaker
+
+package outage
+
+import "github.com/llmretry/llmretry"
+
+// breakerBuilt reports whether this build has llmretry's Breaker.
+const breakerBuilt = true
+
+// addBreaker gives backend b a default Breaker (open after 5 consecutive
+// retryable failures or a retry-after hint, 30 s cooldown), shared by
+// every call of the run's chain.
+func addBreaker(b *llmretry.Backend[int, int]) {
+	b.Breaker = &llmretry.Breaker{}
+}
