@@ -9,6 +9,8 @@ import (
 // over the whole run.
 type Result struct {
 	Strategy  string
+	Peer      bool          // the strategy is one of the peers, not llmretry
+	Breaker   bool          // the strategy is llmretry with its Breaker
 	Requests  int           // callers
 	Answered  int           // answered within their deadline (all answers when there is none)
 	ByPrimary int           // of Answered, by the primary
@@ -39,9 +41,11 @@ func per(n, d int) float64 {
 }
 
 // result sums up the run.
-func (w *world) result(name string) *Result {
+func (w *world) result(st Strategy) *Result {
 	r := &Result{
-		Strategy: name,
+		Strategy: st.Name,
+		Peer:     st.Peer,
+		Breaker:  st.Breaker,
 		Requests: len(w.calls),
 		Sent:     w.sent[0] + w.sent[1],
 		Billed:   w.billed,

@@ -403,5 +403,5 @@ func play(sc *Scenario, st Strategy, seed uint64) *Result {
 	if e.close != nil {
 		e.close()
 	}
-	return w.result(st.Name)
+	return w.result(st)
 }

@@ -38,10 +38,24 @@ const (
 // Strategy is one way of sending a request: a library set up for "retry
 // the primary, then fall back to the secondary".
 type Strategy struct {
-	Name  string
-	Peer  bool // one of the libraries llmretry is compared with
-	build func(e *Env) doFunc
+	Name    string
+	Peer    bool // one of the libraries llmretry is compared with
+	Breaker bool // llmretry with its Breaker: the row the targets are for
+	build   func(e *Env) doFunc
 }
+
+// The strategies' names, as the tables print them.
+const (
+	nameLLMRetry     = "llmretry"
+	nameBreaker      = "llmretry + Breaker"
+	nameFailsafe     = "failsafe-go"
+	nameFailsafeCB   = "failsafe-go + CircuitBreaker"
+	nameBackoffTries = "backoff v5 (max tries)"
+	nameBackoffTime  = "backoff v5 (time only)"
+	nameRetryGo      = "retry-go v4"
+	nameGoRetry      = "go-retry"
+	nameOpenAI       = "openai-go (default retries)"
+)
 
 // Env is what a strategy is built from for one run: the two providers'
 // transports and whether callers have a deadline. What a strategy shares
@@ -142,18 +156,18 @@ func (e *Env) primaryContext(ctx context.Context, b int) (context.Context, conte
 // Strategies returns every strategy in the order of the tables: llmretry
 // first (with its Breaker when this build has it), then the peers.
 func Strategies() []Strategy {
-	s := []Strategy{{Name: "llmretry", build: buildLLMRetry(false)}}
+	s := []Strategy{{Name: nameLLMRetry, build: buildLLMRetry(false)}}
 	if breakerBuilt {
-		s = append(s, Strategy{Name: "llmretry + Breaker", build: buildLLMRetry(true)})
+		s = append(s, Strategy{Name: nameBreaker, Breaker: true, build: buildLLMRetry(true)})
 	}
 	return append(s,
-		Strategy{Name: "failsafe-go", Peer: true, build: buildFailsafe(false)},
-		Strategy{Name: "failsafe-go + CircuitBreaker", Peer: true, build: buildFailsafe(true)},
-		Strategy{Name: "backoff v5 (max tries)", Peer: true, build: buildBackoff(true)},
-		Strategy{Name: "backoff v5 (time only)", Peer: true, build: buildBackoff(false)},
-		Strategy{Name: "retry-go v4", Peer: true, build: buildRetryGo},
-		Strategy{Name: "go-retry", Peer: true, build: buildGoRetry},
-		Strategy{Name: "openai-go (default retries)", Peer: true, build: buildOpenAI},
+		Strategy{Name: nameFailsafe, Peer: true, build: buildFailsafe(false)},
+		Strategy{Name: nameFailsafeCB, Peer: true, build: buildFailsafe(true)},
+		Strategy{Name: nameBackoffTries, Peer: true, build: buildBackoff(true)},
+		Strategy{Name: nameBackoffTime, Peer: true, build: buildBackoff(false)},
+		Strategy{Name: nameRetryGo, Peer: true, build: buildRetryGo},
+		Strategy{Name: nameGoRetry, Peer: true, build: buildGoRetry},
+		Strategy{Name: nameOpenAI, Peer: true, build: buildOpenAI},
 	)
 }
 
@@ -251,7 +265,7 @@ func buildFailsafe(breakers bool) func(e *Env) doFunc {
 						return err != nil || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500
 					}).
 					WithFailureThreshold(5).
-					WithDelay(30 * time.Second).
+					WithDelay(30*time.Second).
 					WithDelayFunc(failsafehttp.DelayFunc).
 					Build())
 			}
