@@ -32,6 +32,11 @@ type Attempt struct {
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
+	// Skipped says no request was sent: the backend's Breaker was open.
+	// Kind is then the Kind of the failure that opened it, Why is
+	// "breaker" (or what ended the wait for it), Elapsed is zero, and
+	// RetryAfter is the time until the breaker half-opened.
+	Skipped bool
 }
 
 // Next is what a chain did after a failed attempt.
@@ -55,6 +60,7 @@ const (
 	WhyDeadline     Why = "deadline"      // the caller's deadline passed
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
+	WhyBreaker      Why = "breaker"       // the backend's Breaker was open: skipped, or waited for in vain
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http
@@ -74,9 +80,12 @@ func (a Attempt) String() string {
 		b.WriteString("ok")
 		return b.String()
 	}
-	if a.Err != nil {
+	switch {
+	case a.Skipped:
+		b.WriteString("skipped: breaker open after " + a.Kind.String() + " failures")
+	case a.Err != nil:
 		b.WriteString(Redact(firstLine(a.Err.Error())))
-	} else {
+	default:
 		b.WriteString(a.Kind.String())
 	}
 	switch a.Next {
@@ -132,6 +141,9 @@ func (a Attempt) LogValue() slog.Value {
 	if a.Delivered {
 		attrs = append(attrs, slog.Bool("delivered", true))
 	}
+	if a.Skipped {
+		attrs = append(attrs, slog.Bool("skipped", true))
+	}
 	return slog.GroupValue(attrs...)
 }
 
@@ -160,13 +172,15 @@ type attemptJSON struct {
 	Why          Why       `json:"why,omitempty"`
 	RetryInMS    msec      `json:"retry_in_ms"`
 	Delivered    bool      `json:"delivered"`
+	Skipped      bool      `json:"skipped,omitempty"`
 }
 
 // MarshalJSON encodes the attempt with snake_case keys: the error as its
 // redacted message, raw_text left out when RawText is nil and kept when it
 // is "", durations as exact milliseconds (elapsed_ms, retry_after_ms when
-// there was a hint, retry_in_ms), next and why as their names, and the kind
-// as its name; a success has no kind, error, next or why.
+// there was a hint, retry_in_ms), next and why as their names, the kind as
+// its name, and "skipped": true for an attempt a breaker skipped; a
+// success has no kind, error, next or why.
 func (a Attempt) MarshalJSON() ([]byte, error) {
 	j := attemptJSON{
 		Backend:      a.Backend,
@@ -181,6 +195,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 		Why:          a.Why,
 		RetryInMS:    msec(a.RetryIn),
 		Delivered:    a.Delivered,
+		Skipped:      a.Skipped,
 	}
 	if a.failed() {
 		j.Kind = &a.Kind
@@ -213,6 +228,7 @@ func (a *Attempt) UnmarshalJSON(data []byte) error {
 		Why:        j.Why,
 		RetryIn:    time.Duration(j.RetryInMS),
 		Delivered:  j.Delivered,
+		Skipped:    j.Skipped,
 	}
 	if j.Kind != nil {
 		a.Kind = *j.Kind

@@ -114,6 +114,13 @@ type Backend[Req, Resp any] struct {
 	// stalls is ended with [KindTimeout]: retried when nothing was
 	// delivered yet, returned at once when something was. 0 means none.
 	StallTimeout time.Duration
+	// Breaker, when set, is the backend's health shared across calls: while
+	// it is open, calls skip the backend (or, when it is the last they can
+	// try, wait for it) instead of spending their own retries on it, and a
+	// retry-after hint is the wait itself rather than a floor under the
+	// policy's wait. Share one pointer among every chain that calls the
+	// same deployment. nil means none.
+	Breaker *Breaker
 }
 
 // Chain runs its backends in order: it retries within a backend after
@@ -133,7 +140,10 @@ type Chain[Req, Resp any] struct {
 	// (Err == nil) included, with Next, Why and RetryIn already decided and
 	// before any wait. It runs on Do's goroutine, and its time is not
 	// charged to any attempt; a wait that no longer fits once it returns is
-	// not taken (the record in the returned error then says why).
+	// not taken (the record in the returned error then says why). a.Err is
+	// the backend's error as it was returned, secrets and all: print the
+	// Attempt itself (its String, JSON and slog value are redacted) or
+	// pass the text through [Redact].
 	OnAttempt func(ctx context.Context, a Attempt)
 }
 
@@ -178,6 +188,9 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 	}
 	if b.StallTimeout < 0 {
 		return bad("stall timeout " + b.StallTimeout.String() + " is negative")
+	}
+	if br := b.Breaker; br != nil && (br.Failures < 0 || br.Cooldown < 0) {
+		return bad("breaker failures or cooldown is negative")
 	}
 	p := &b.Retry
 	for j, w := range p.Waits {
@@ -233,34 +246,41 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		return zero, &configError{"llmretry: context is nil"}
 	}
 	r := c.begin(ctx)
-	for bi := range c.Backends {
+	for ; r.pos < r.planned(); r.pos++ {
+		bi := r.backend()
 		b := &c.Backends[bi]
-		last := bi == len(c.Backends)-1
 		for try := 1; ; try++ {
 			if err := ctx.Err(); err != nil {
 				r.halt(whyCtx(err))
 				return zero, r.fail(err, context.Cause(ctx))
 			}
+			probe, ok := r.admit(b, bi, try)
+			if !ok {
+				break // skipped for its breaker, or stopped: the record says which
+			}
 			resp, a, end := r.send(b, bi, try, req)
+			if b.Breaker != nil {
+				b.Breaker.report(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry))
+			}
 			if a.Err == nil {
 				r.report(a)
 				return resp, nil
 			}
-			wait := r.decide(b, &a, end, last)
+			wait := r.decide(b, &a, end)
 			r.record(a)
-			if a.Kind == KindCancelled || end.ctxErr != nil {
+			if a.Next == NextStop {
 				// The outcome is the state when the attempt ended, whatever
 				// happened during OnAttempt.
 				return zero, r.fail(end.ctxErr, end.cause)
 			}
-			if a.Next == NextRetry && r.wait(b, wait, last) {
-				continue
-			}
-			if r.lastNext() == NextFallOver {
+			if a.Next != NextRetry || !r.wait(b, wait) {
 				break
 			}
+		}
+		if r.lastNext() == NextStop {
 			return zero, r.fail(ctx.Err(), context.Cause(ctx))
 		}
+		r.fellOver(bi)
 	}
 	// Not reached: the last backend's last record always says stop.
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
@@ -275,6 +295,17 @@ type call[Req, Resp any] struct {
 	nested   bool          // an enclosing attempt may be retried: make one attempt per backend
 	reserve  time.Duration // what a zero Policy.Reserve means for this call
 	attempts []Attempt     // every failed attempt so far
+	start    time.Time     // when Do began, read only when a backend has a Breaker
+
+	// The plan: every backend in order, then once more the ones skipped
+	// for their breakers, when every backend after them failed for a
+	// reason about the request (otherwise a breaker would turn a primary's
+	// recovery into the secondary's truncations).
+	pos       int   // position in the plan
+	revisit   []int // backends planned a second time
+	deferred  []int // backends skipped for their breakers, not yet revisited
+	healthy   bool  // no backend after a deferred one failed for its health
+	revisited bool  // the second pass has been planned
 }
 
 // begin starts the state of one Do under ctx.
@@ -292,7 +323,56 @@ func (c *Chain[Req, Resp]) begin(ctx context.Context) call[Req, Resp] {
 	if deadline, ok := ctx.Deadline(); ok {
 		r.reserve = min(DefaultReserve, time.Until(deadline)/2)
 	}
+	for i := range c.Backends {
+		if c.Backends[i].Breaker != nil {
+			r.start = time.Now() // orders the calls waiting on a breaker
+			break
+		}
+	}
+	r.healthy = true
 	return r
+}
+
+// planned is how many backends the plan holds so far.
+func (r *call[Req, Resp]) planned() int { return len(r.c.Backends) + len(r.revisit) }
+
+// backend is the index of the backend at the plan's position.
+func (r *call[Req, Resp]) backend() int {
+	if n := len(r.c.Backends); r.pos >= n {
+		return r.revisit[r.pos-n]
+	}
+	return r.pos
+}
+
+// last reports whether the backend at the plan's position is the last
+// the call can try, after an attempt of Kind k: a failure about the
+// request sends the call back to the backends it skipped.
+func (r *call[Req, Resp]) last(k Kind) bool {
+	return r.pos == r.planned()-1 && !r.revisits(k)
+}
+
+// revisits reports whether a failure of Kind k at the end of the plan
+// sends the call back to the backends it skipped.
+func (r *call[Req, Resp]) revisits(k Kind) bool {
+	return !r.revisited && len(r.deferred) > 0 && r.healthy && !aboutHealth(k)
+}
+
+// aboutHealth reports whether a failure of Kind k says the backend is
+// unwell, rather than that it refused or fumbled this request.
+func aboutHealth(k Kind) bool { return k == KindTransient || k == KindTimeout }
+
+// fellOver moves the plan past backend bi, which the call gave up on.
+func (r *call[Req, Resp]) fellOver(bi int) {
+	switch a := &r.attempts[len(r.attempts)-1]; {
+	case a.Skipped:
+		r.deferred = append(r.deferred, bi)
+	case len(r.deferred) > 0 && aboutHealth(a.Kind):
+		r.healthy = false
+	}
+	if r.pos == r.planned()-1 && len(r.deferred) > 0 {
+		// The last record said fall_over: last() promised a second pass.
+		r.revisit, r.deferred, r.revisited = r.deferred, nil, true
+	}
 }
 
 // ended is the state of the world when an attempt's Call returned.
@@ -340,6 +420,96 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 	return resp, a, end
 }
 
+// admit asks backend b's breaker whether try number try may be sent, and
+// reports whether the attempt is the breaker's half-open probe. While the
+// breaker is open it records a skipped attempt and reports false: the call
+// falls over, or, when b is the last backend it can try, waits for the
+// breaker for as long as a retry-after hint could hold it, and stops when
+// that is not enough.
+func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
+	br := b.Breaker
+	if br == nil {
+		return false, true
+	}
+	var w *breakerWaiter
+	defer func() { br.leave(w) }()
+	for {
+		now := time.Now()
+		v := br.admit(now, w)
+		if v.pass {
+			return v.probe, true
+		}
+		if r.pos < r.planned()-1 {
+			r.skip(b, bi, try, now, v, NextFallOver, WhyBreaker)
+			return false, false
+		}
+		// The last backend the call can try: wait for it to half-open, or
+		// for a probe in flight to end, while the reserve still fits.
+		wake, fits := v.until, true
+		if wake.IsZero() {
+			wake, fits = r.latestStart(&b.Retry, now)
+		} else if d := wake.Sub(now); (maxWait(&b.Retry) > 0 && d > maxWait(&b.Retry)) || !r.fits(&b.Retry, d, now) {
+			fits = false
+		}
+		if !fits {
+			r.skip(b, bi, try, now, v, NextStop, WhyBreaker)
+			return false, false
+		}
+		if w == nil {
+			w = br.wait(r.start)
+			continue // now in line, it may be this call's turn
+		}
+		if !sleepUntil(r.ctx, wake, v.changed) {
+			r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err()))
+			return false, false
+		}
+	}
+}
+
+// latestStart is the last moment a call may still send a request and keep
+// p's reserve before its deadline: zero without a deadline, and fits false
+// when it has passed.
+func (r *call[Req, Resp]) latestStart(p *Policy, now time.Time) (at time.Time, fits bool) {
+	deadline, ok := r.ctx.Deadline()
+	if !ok {
+		return time.Time{}, true
+	}
+	at = deadline.Add(-r.reserveOf(p))
+	return at, now.Before(at)
+}
+
+// skip records that try number try of backend b was not sent because its
+// breaker was open (v), and what the call did instead.
+func (r *call[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) {
+	a := Attempt{
+		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
+		Start: now, Skipped: true, Next: next, Why: why,
+	}
+	if !v.until.IsZero() {
+		a.RetryAfter = max(v.until.Sub(now), 0) // when the backend takes work again, for RetryItemAfter
+	}
+	r.record(a)
+}
+
+// sleepUntil waits until t (forever when t is zero), or until changed is
+// closed, and reports true; it returns false at once when ctx is done
+// first.
+func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) bool {
+	var fire <-chan time.Time
+	if !t.IsZero() {
+		timer := time.NewTimer(time.Until(t))
+		defer timer.Stop()
+		fire = timer.C
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-changed:
+	case <-fire:
+	}
+	return true
+}
+
 // call sends one request under the attempt's own limits, Timeout for the
 // whole attempt and StallTimeout between outputs, and reports whether one
 // of them ended it. Without either it calls the backend on the mark
@@ -372,9 +542,8 @@ func (b *Backend[Req, Resp]) call(mark *attemptCtx, req Req) (resp Resp, err err
 }
 
 // decide sets a failed attempt's Next and Why, and returns the wait before
-// the retry when Next is NextRetry. last says whether b is the chain's
-// last backend.
-func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended, last bool) time.Duration {
+// the retry when Next is NextRetry.
+func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) time.Duration {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
@@ -391,12 +560,12 @@ func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended, l
 		why = WhyNested
 	default:
 		var w time.Duration
-		if w, why = r.nextWait(&b.Retry, a.Try, a.RetryAfter, end.at); why == "" {
+		if w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at); why == "" {
 			a.Next, a.RetryIn = NextRetry, w
 			return w
 		}
 	}
-	a.Next, a.Why = giveUp(why, last), why
+	a.Next, a.Why = giveUp(why, r.last(a.Kind)), why
 	return 0
 }
 
@@ -412,7 +581,8 @@ func giveUp(why Why, last bool) Next {
 // nextWait returns the wait before the retry that follows failed try
 // number try, decided at now, or why there is none. hint is the server's
 // retry-after.
-func (r *call[Req, Resp]) nextWait(p *Policy, try int, hint time.Duration, now time.Time) (time.Duration, Why) {
+func (r *call[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Duration, now time.Time) (time.Duration, Why) {
+	p := &b.Retry
 	_, hasDeadline := r.ctx.Deadline()
 	n := len(p.Waits)
 	var w time.Duration
@@ -428,20 +598,31 @@ func (r *call[Req, Resp]) nextWait(p *Policy, try int, hint time.Duration, now t
 		return 0, WhyWaitsUsed // without a deadline the list is the bound, so a call can't wait forever
 	}
 	if hint > 0 {
-		maxWait := p.MaxWait
-		if maxWait == 0 {
-			maxWait = DefaultMaxWait
-		}
 		// A hostile or broken server must not park a caller for a day.
-		if maxWait > 0 && hint > maxWait {
+		if mw := maxWait(p); mw > 0 && hint > mw {
 			return 0, WhyMaxWait
 		}
 		w = max(w, hint)
+		if b.Breaker != nil {
+			// The hint opened the breaker for everyone: come back when it
+			// half-opens, like everyone else, rather than later, to find
+			// the capacity taken.
+			w = hint
+		}
 	}
-	if !r.fits(p, w, func() time.Time { return now }) {
+	if !r.fits(p, w, now) {
 		return 0, WhyReserve
 	}
 	return w, ""
+}
+
+// maxWait is the longest retry-after hint p honours; non-positive means
+// no cap.
+func maxWait(p *Policy) time.Duration {
+	if p.MaxWait == 0 {
+		return DefaultMaxWait
+	}
+	return p.MaxWait
 }
 
 // jitter draws a wait from [w*(1-j), w].
@@ -455,36 +636,39 @@ func jitter(w time.Duration, j float64) time.Duration {
 // fits reports whether a wait of w that starts now ends before the
 // caller's deadline with the reserve still left. Checked before sleeping: a
 // wait that leaves no time to use it only turns a backend's error into a
-// deadline error. The clock is read only under a deadline: on this path
-// reading it costs more than the rest of a retry's bookkeeping.
-func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now func() time.Time) bool {
+// deadline error.
+func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 	deadline, ok := r.ctx.Deadline()
 	if !ok {
 		return true
 	}
-	reserve := p.Reserve
+	left := deadline.Sub(now)
+	return w < left && left-w >= r.reserveOf(p)
+}
+
+// reserveOf is the time p's backend must leave before the deadline.
+func (r *call[Req, Resp]) reserveOf(p *Policy) time.Duration {
 	switch {
-	case reserve == 0:
-		reserve = r.reserve
-	case reserve < 0:
-		reserve = 0
+	case p.Reserve == 0:
+		return r.reserve
+	case p.Reserve < 0:
+		return 0
 	}
-	left := deadline.Sub(now())
-	return w < left && left-w >= reserve
+	return p.Reserve
 }
 
 // wait sleeps for w before a retry of backend b and reports true, or
 // corrects the last record and reports false when the retry is off: the
 // wait no longer fits after OnAttempt (decided and started from one clock
 // reading), or the caller's context ended first.
-func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration, last bool) bool {
+func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 	if err := r.ctx.Err(); err != nil {
 		r.halt(whyCtx(err))
 		return false
 	}
-	if !r.fits(&b.Retry, w, time.Now) {
+	if !r.fits(&b.Retry, w, time.Now()) {
 		a := &r.attempts[len(r.attempts)-1]
-		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, last), WhyReserve, 0
+		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
 		return false
 	}
 	if w == 0 {
@@ -503,9 +687,6 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration, last bool
 
 // record keeps a failed attempt and reports it.
 func (r *call[Req, Resp]) record(a Attempt) {
-	if r.attempts == nil {
-		r.attempts = make([]Attempt, 0, 4) // room for a short outage in one allocation
-	}
 	r.attempts = append(r.attempts, a)
 	r.report(a)
 }
@@ -645,6 +826,9 @@ func Delivered(ctx context.Context) {
 // an LM that wraps an LM should pass its context on unchanged, so that
 // retries do not multiply. Cancellation and deadlines still flow from ctx.
 func Standalone(ctx context.Context) context.Context {
+	if ctx == nil {
+		return nil // Do then reports the nil context as it would any other
+	}
 	return standaloneCtx{ctx}
 }
 

@@ -308,7 +308,7 @@ func seen(attempts []Attempt) (truncated, timedOut bool) {
 // why the chain stopped retrying. A TimedOut with no record ran out of
 // time before its first attempt.
 func lever(what string, attempts []Attempt) string {
-	var delivered, deadline, reserve, maxWait bool
+	var delivered, deadline, reserve, maxWait, breaker bool
 	truncated, timedOut := seen(attempts)
 	for i := range attempts {
 		switch attempts[i].Why {
@@ -320,6 +320,8 @@ func lever(what string, attempts []Attempt) string {
 			reserve = true
 		case WhyMaxWait:
 			maxWait = true
+		case WhyBreaker:
+			breaker = true
 		}
 	}
 	if delivered {
@@ -345,6 +347,9 @@ func lever(what string, attempts []Attempt) string {
 	}
 	if maxWait {
 		levers = append(levers, "retries stopped because a server asked to wait longer than Policy.MaxWait")
+	}
+	if breaker {
+		levers = append(levers, "backends were skipped while their breakers were open")
 	}
 	if len(levers) == 0 && refused(attempts) {
 		return "every backend rejected this request; change the request, since running it again will not help"
