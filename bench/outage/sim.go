@@ -154,6 +154,11 @@ func (w *world) dispatch(stop <-chan struct{}) {
 		for _, ev := range q {
 			ev.fn()
 			close(ev.done)
+			// Let this caller run until it blocks again before the next
+			// one goes, so that what it does next (tell a breaker how its
+			// request went, pick its next wait) happens in caller order
+			// too, not in whatever order the scheduler runs them.
+			synctest.Wait()
 		}
 	}
 }

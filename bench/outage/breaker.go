@@ -1,10 +1,9 @@
-//go:build llmretrybreaker
-
 package outage
 
 import "github.com/llmretry/llmretry"
 
-// breakerBuilt reports whether this build has llmretry's Breaker.
+// breakerBuilt reports whether this build has llmretry's Breaker: the
+// "llmretry + Breaker" row and its assertions are on when it does.
 const breakerBuilt = true
 
 // addBreaker gives backend b a default Breaker (open after 5 consecutive
