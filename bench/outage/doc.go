@@ -25,9 +25,14 @@
 //
 // Decisions that several callers could race for at the same virtual
 // instant (who gets the bucket's last token; whether an answer or the
-// caller's deadline came first) are taken by one dispatcher goroutine
-// after [synctest.Wait], in caller order (the caller that arrived first
-// goes first), so they never depend on goroutine scheduling.
+// caller's deadline came first; what a caller does with the answer it was
+// just given) are taken by one dispatcher goroutine after
+// [synctest.Wait], one caller at a time in caller order (the caller that
+// arrived first goes first), so they never depend on goroutine
+// scheduling. One race is inside llmretry and out of the dispatcher's
+// reach: which of several calls that reach a half-open Breaker at the same
+// instant gets the probe. The Breaker row is therefore played ten times,
+// and the report shows, and the tests check, the worst play.
 //
 // # Strategies
 //
