@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"errors"
+	"math"
 	"time"
 )
 
@@ -79,17 +80,18 @@ func retryAfter(attempts []Attempt, now time.Time) time.Duration {
 	for i := range attempts {
 		last[attempts[i].Backend] = &attempts[i]
 	}
-	var soonest time.Duration
+	soonest := time.Duration(math.MaxInt64)
 	for _, a := range last {
-		if a.RetryAfter <= 0 {
-			return 0 // this backend may take work now, as far as anyone said
-		}
 		// Time already spent counts. Both terms are non-negative, so the
 		// difference cannot overflow.
 		left := a.RetryAfter - max(now.Sub(a.Start.Add(a.Elapsed)), 0)
-		if soonest == 0 || left < soonest {
-			soonest = left
+		if a.RetryAfter <= 0 || left <= 0 {
+			return 0 // this backend may take work now, as far as anyone said
 		}
+		soonest = min(soonest, left)
 	}
-	return max(soonest, 0)
+	if len(last) == 0 {
+		return 0
+	}
+	return soonest
 }

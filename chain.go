@@ -246,6 +246,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		return zero, &configError{"llmretry: context is nil"}
 	}
 	r := c.begin(ctx)
+	defer r.leaveLine()
 	for ; r.pos < r.planned(); r.pos++ {
 		bi := r.backend()
 		b := &c.Backends[bi]
@@ -273,11 +274,25 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				// happened during OnAttempt.
 				return zero, r.fail(end.ctxErr, end.cause)
 			}
-			if a.Next != NextRetry || !r.wait(b, wait) {
+			if a.Next != NextRetry {
+				break
+			}
+			if b.Breaker != nil {
+				// In line for the breaker from now: a call coming back
+				// after a retry-after goes before those that began later.
+				r.line, r.lineOf = b.Breaker.wait(r.start), b.Breaker
+			}
+			if !r.wait(b, wait) {
+				r.leaveLine()
 				break
 			}
 		}
-		if r.lastNext() == NextStop {
+		if a := &r.attempts[len(r.attempts)-1]; a.Next == NextStop {
+			if a.Why != WhyCancelled && a.Why != WhyDeadline {
+				// Stopped for a reason of the chain's own: that decides
+				// the outcome, whatever the context did meanwhile.
+				return zero, r.fail(nil, nil)
+			}
 			return zero, r.fail(ctx.Err(), context.Cause(ctx))
 		}
 		r.fellOver(bi)
@@ -306,6 +321,17 @@ type call[Req, Resp any] struct {
 	deferred  []int // backends skipped for their breakers, not yet revisited
 	healthy   bool  // no backend after a deferred one failed for its health
 	revisited bool  // the second pass has been planned
+
+	line   *breakerWaiter // the call's place in a breaker's line, kept over a retry's wait
+	lineOf *Breaker       // the breaker that line is for
+}
+
+// leaveLine gives up the call's place in a breaker's line, if it has one.
+func (r *call[Req, Resp]) leaveLine() {
+	if r.line != nil {
+		r.lineOf.leave(r.line)
+		r.line, r.lineOf = nil, nil
+	}
 }
 
 // begin starts the state of one Do under ctx.
@@ -390,10 +416,11 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := time.Now()
 	resp, err, own := b.call(mark, req)
-	end := ended{at: time.Now(), ctxErr: r.ctx.Err(), own: own}
+	elapsed := time.Since(start)
+	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-		Start: start, Elapsed: end.at.Sub(start), Delivered: mark.delivered.Load(),
+		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
 	}
 	if err == nil {
 		return resp, a, end
@@ -431,8 +458,10 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 	if br == nil {
 		return false, true
 	}
-	var w *breakerWaiter
+	w := r.line // kept over the wait before this retry, if any
+	r.line, r.lineOf = nil, nil
 	defer func() { br.leave(w) }()
+	var limit time.Time // the longest this call may wait for the breaker
 	for {
 		now := time.Now()
 		v := br.admit(now, w)
@@ -444,14 +473,13 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 			return false, false
 		}
 		// The last backend the call can try: wait for it to half-open, or
-		// for a probe in flight to end, while the reserve still fits.
-		wake, fits := v.until, true
-		if wake.IsZero() {
-			wake, fits = r.latestStart(&b.Retry, now)
-		} else if d := wake.Sub(now); (maxWait(&b.Retry) > 0 && d > maxWait(&b.Retry)) || !r.fits(&b.Retry, d, now) {
-			fits = false
+		// for a probe in flight to end, for as long as a retry-after hint
+		// could hold the call: MaxWait from now, and while the reserve
+		// still fits before the deadline.
+		if limit.IsZero() {
+			limit = r.waitLimit(&b.Retry, now)
 		}
-		if !fits {
+		if !now.Before(limit) || (!v.until.IsZero() && (v.until.After(limit) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
 			r.skip(b, bi, try, now, v, NextStop, WhyBreaker)
 			return false, false
 		}
@@ -459,23 +487,42 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 			w = br.wait(r.start)
 			continue // now in line, it may be this call's turn
 		}
-		if !sleepUntil(r.ctx, wake, v.changed) {
+		wake := limit
+		if !v.until.IsZero() {
+			wake = v.until
+		}
+		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(limit) {
+			// The caller's context ended the wait. (At the limit itself the
+			// breaker decides, whichever timer fired first.)
 			r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err()))
 			return false, false
 		}
 	}
 }
 
-// latestStart is the last moment a call may still send a request and keep
-// p's reserve before its deadline: zero without a deadline, and fits false
-// when it has passed.
-func (r *call[Req, Resp]) latestStart(p *Policy, now time.Time) (at time.Time, fits bool) {
-	deadline, ok := r.ctx.Deadline()
-	if !ok {
-		return time.Time{}, true
+// waitLimit is the latest moment a call that began waiting for a breaker
+// at now may still send its request: MaxWait later, and no later than
+// the reserve allows; far off when neither bounds it. (A half-open time
+// known in advance is checked as a retry's wait is, by fits.)
+func (r *call[Req, Resp]) waitLimit(p *Policy, now time.Time) time.Time {
+	limit := now.Add(maxOpen)
+	if mw := maxWait(p); mw > 0 {
+		limit = now.Add(mw)
 	}
-	at = deadline.Add(-r.reserveOf(p))
-	return at, now.Before(at)
+	if deadline, ok := r.ctx.Deadline(); ok {
+		// A request sent at the limit must still leave the reserve, and
+		// one sent at the deadline itself could not be answered.
+		limit = minTime(limit, deadline.Add(-r.reserveOf(p)))
+	}
+	return limit
+}
+
+// minTime returns the earlier of a and b.
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // skip records that try number try of backend b was not sent because its
@@ -666,7 +713,7 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 		r.halt(whyCtx(err))
 		return false
 	}
-	if !r.fits(&b.Retry, w, time.Now()) {
+	if _, ok := r.ctx.Deadline(); ok && !r.fits(&b.Retry, w, time.Now()) {
 		a := &r.attempts[len(r.attempts)-1]
 		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
 		return false
@@ -706,11 +753,6 @@ func (r *call[Req, Resp]) halt(why Why) {
 		a := &r.attempts[n-1]
 		a.Next, a.Why, a.RetryIn = NextStop, why, 0
 	}
-}
-
-// lastNext is what followed the last failed attempt.
-func (r *call[Req, Resp]) lastNext() Next {
-	return r.attempts[len(r.attempts)-1].Next
 }
 
 // fail is the error of a call that has stopped. ctxErr and cause are the

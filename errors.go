@@ -291,9 +291,14 @@ func exhaust(attempts []Attempt, deadline bool, cause error) error {
 	return &Exhausted{Attempts: attempts}
 }
 
-// seen reports whether any attempt was truncated or timed out.
+// seen reports whether any attempt was truncated or timed out. An
+// attempt skipped for its breaker counts for neither: the call itself was
+// not cut off, nor did it run out of time there.
 func seen(attempts []Attempt) (truncated, timedOut bool) {
 	for i := range attempts {
+		if attempts[i].Skipped {
+			continue
+		}
 		switch attempts[i].Kind {
 		case KindTruncated:
 			truncated = true
