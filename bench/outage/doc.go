@@ -29,10 +29,8 @@
 // just given) are taken by one dispatcher goroutine after
 // [synctest.Wait], one caller at a time in caller order (the caller that
 // arrived first goes first), so they never depend on goroutine
-// scheduling. One race is inside llmretry and out of the dispatcher's
-// reach: which of several calls that reach a half-open Breaker at the same
-// instant gets the probe. The Breaker row is therefore played ten times,
-// and the report shows, and the tests check, the worst play.
+// scheduling. The Breaker decides the rest of what callers race for
+// (which waiting call gets a half-open probe) by when each call began.
 //
 // # Strategies
 //

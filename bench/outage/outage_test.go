@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,12 +23,6 @@ var update = flag.Bool("update", false, "write the report and pictures to result
 // testSeed is the seed of the published tables.
 const testSeed = 1
 
-// breakerPlays is how many times the Breaker row is played: which of
-// several calls that reach a half-open breaker at the same instant gets
-// the probe depends on goroutine scheduling, so its runs differ, and the
-// report shows and checks the worst of them.
-const breakerPlays = 10
-
 // playAll plays every scenario with every strategy, each run in a bubble
 // of its own, one after another: the OpenAI SDK's runs share math/rand's
 // global source, so no two runs may overlap.
@@ -38,43 +31,20 @@ func playAll(t *testing.T, seed uint64, scenarios []Scenario, strategies []Strat
 	all := make([][]*Result, len(scenarios))
 	for i := range scenarios {
 		for _, st := range strategies {
-			all[i] = append(all[i], playStrategy(t, &scenarios[i], st, seed))
+			all[i] = append(all[i], playOne(t, &scenarios[i], st, seed))
 		}
 	}
 	return all
 }
 
-// playStrategy plays one scenario with one strategy, breakerPlays times
-// for the Breaker row, and returns its result (the worst, for that row).
-func playStrategy(t *testing.T, sc *Scenario, st Strategy, seed uint64) *Result {
+// playOne plays one scenario with one strategy in a bubble of its own.
+func playOne(t *testing.T, sc *Scenario, st Strategy, seed uint64) *Result {
 	t.Helper()
-	n := 1
-	if st.Breaker {
-		n = breakerPlays
-	}
-	var plays []*Result
-	for range n {
-		synctest.Test(t, func(*testing.T) {
-			plays = append(plays, play(sc, st, seed))
-		})
-	}
-	if n == 1 {
-		return plays[0]
-	}
-	return Worst(plays)
-}
-
-// withoutBreaker drops the Breaker rows, which do not repeat exactly.
-func withoutBreaker(all [][]*Result) [][]*Result {
-	out := make([][]*Result, len(all))
-	for i, rs := range all {
-		for _, r := range rs {
-			if !r.Breaker {
-				out[i] = append(out[i], r)
-			}
-		}
-	}
-	return out
+	var r *Result
+	synctest.Test(t, func(*testing.T) {
+		r = play(sc, st, seed)
+	})
+	return r
 }
 
 // published is one play of every scenario with the test seed, shared by
@@ -112,26 +82,26 @@ func TestInvariants(t *testing.T) {
 }
 
 // TestSameSeedSameTables plays everything again and compares the report
-// byte for byte, but for the Breaker rows: see breakerPlays.
+// byte for byte.
 func TestSameSeedSameTables(t *testing.T) {
 	if testing.Short() {
 		t.Skip("plays every scenario again")
 	}
 	scenarios := Scenarios()
 	var first, second bytes.Buffer
-	if err := Report(&first, testSeed, scenarios, withoutBreaker(publishedResults(t)), nil); err != nil {
+	if err := Report(&first, testSeed, scenarios, publishedResults(t), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := Report(&second, testSeed, scenarios, playAll(t, testSeed, scenarios, peersAnd(nameLLMRetry)), nil); err != nil {
+	if err := Report(&second, testSeed, scenarios, playAll(t, testSeed, scenarios, Strategies()), nil); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(first.Bytes(), second.Bytes()) {
 		t.Errorf("two plays with seed %d differ:\n%s", testSeed, lineDiff(first.String(), second.String()))
 	}
 	// The time series behind the pictures must repeat too.
-	again := playAll(t, testSeed, scenarios[:1], peersAnd(nameLLMRetry))
+	again := playAll(t, testSeed, scenarios[:1], Strategies())
 	for j, r := range again[0] {
-		want := withoutBreaker(publishedResults(t))[0][j]
+		want := publishedResults(t)[0][j]
 		if fmt.Sprint(r.SentBins, r.AnsBins) != fmt.Sprint(want.SentBins, want.AnsBins) {
 			t.Errorf("%s: time series differ between two plays", r.Strategy)
 		}
@@ -202,8 +172,8 @@ func TestChecksCanFail(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := byName(tc.scenario)
 			var results []*Result
-			for _, st := range append([]Strategy{tc.st}, peersAnd()...) {
-				results = append(results, playStrategy(t, sc, st, testSeed))
+			for _, st := range append([]Strategy{tc.st}, peers()...) {
+				results = append(results, playOne(t, sc, st, testSeed))
 			}
 			broken := strings.Join(invariants(results), "\n")
 			if !strings.Contains(broken, tc.want) {
@@ -213,12 +183,11 @@ func TestChecksCanFail(t *testing.T) {
 	}
 }
 
-// peersAnd returns the strategies llmretry is compared with, after the
-// named others, in the order of Strategies.
-func peersAnd(names ...string) []Strategy {
+// peers returns the strategies llmretry is compared with.
+func peers() []Strategy {
 	var ps []Strategy
 	for _, st := range Strategies() {
-		if st.Peer || slices.Contains(names, st.Name) {
+		if st.Peer {
 			ps = append(ps, st)
 		}
 	}

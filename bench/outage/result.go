@@ -8,25 +8,23 @@ import (
 // Result is what one strategy achieved in one scenario. Every count is
 // over the whole run.
 type Result struct {
-	Strategy     string
-	Peer         bool          // the strategy is one of the peers, not llmretry
-	Breaker      bool          // the strategy is llmretry with its Breaker
-	Plays        int           // how many plays this result is the worst of (see Worst); 1 when the strategy repeats exactly
-	BestAnswered int           // the most answered in any of those plays
-	Requests     int           // callers
-	Answered     int           // answered within their deadline (all answers when there is none)
-	ByPrimary    int           // of Answered, by the primary
-	BySecond     int           // of Answered, by the secondary
-	P50          time.Duration // time to answer, over the answered, nearest rank
-	P95          time.Duration //
-	P99          time.Duration //
-	Sent         int           // requests that reached a provider
-	Billed       int           // answers, truncations and generations cut by a timeout
-	Got429       int           // requests answered 429
-	Early        int           // requests sent to a provider before the retry-after it gave that caller ran out
-	Parked       int           // callers in a wait (no request in flight) when their deadline passed
-	SentBins     []int         // requests sent per 10 s
-	AnsBins      []int         // answers per 10 s
+	Strategy  string
+	Peer      bool          // the strategy is one of the peers, not llmretry
+	Breaker   bool          // the strategy is llmretry with its Breaker
+	Requests  int           // callers
+	Answered  int           // answered within their deadline (all answers when there is none)
+	ByPrimary int           // of Answered, by the primary
+	BySecond  int           // of Answered, by the secondary
+	P50       time.Duration // time to answer, over the answered, nearest rank
+	P95       time.Duration //
+	P99       time.Duration //
+	Sent      int           // requests that reached a provider
+	Billed    int           // answers, truncations and generations cut by a timeout
+	Got429    int           // requests answered 429
+	Early     int           // requests sent to a provider before the retry-after it gave that caller ran out
+	Parked    int           // callers in a wait (no request in flight) when their deadline passed
+	SentBins  []int         // requests sent per 10 s
+	AnsBins   []int         // answers per 10 s
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -48,7 +46,6 @@ func (w *world) result(st Strategy) *Result {
 		Strategy: st.Name,
 		Peer:     st.Peer,
 		Breaker:  st.Breaker,
-		Plays:    1,
 		Requests: len(w.calls),
 		Sent:     w.sent[0] + w.sent[1],
 		Billed:   w.billed,
@@ -102,23 +99,4 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(q*float64(len(sorted))+0.999999999) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-// Worst returns the worst of several plays of one strategy: fewest
-// answered, then the slowest p95, then the most sent. Its Early and Parked
-// are the most of any play, so that a check on it sees every play.
-func Worst(plays []*Result) *Result {
-	w := *plays[0]
-	for _, r := range plays[1:] {
-		if r.Answered < w.Answered ||
-			(r.Answered == w.Answered && (r.P95 > w.P95 || (r.P95 == w.P95 && r.Sent > w.Sent))) {
-			early, parked, best := w.Early, w.Parked, w.BestAnswered
-			w = *r
-			w.Early, w.Parked, w.BestAnswered = early, parked, best
-		}
-		w.Early, w.Parked, w.BestAnswered = max(w.Early, r.Early), max(w.Parked, r.Parked), max(w.BestAnswered, r.Answered)
-	}
-	w.Plays = len(plays)
-	w.BestAnswered = max(w.BestAnswered, plays[0].Answered)
-	return &w
 }
