@@ -16,6 +16,7 @@ import (
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 var update = flag.Bool("update", false, "write the report and pictures to results/")
@@ -131,6 +132,12 @@ func lineDiff(a, b string) string {
 // each invariant catches it.
 func TestChecksCanFail(t *testing.T) {
 	scenarios := Scenarios()
+	away := []Phase{{Until: time.Hour, Status: http.StatusTooManyRequests, RetryAfter: 45 * time.Second}}
+	scenarios = append(scenarios, Scenario{
+		Name: "both-away", Requests: 50, Over: time.Minute, Deadline: deadline,
+		Primary: Provider{Name: "Primary", Answer: primaryAnswer, Phases: away},
+		Second:  Provider{Name: "Secondary", Answer: secondaryAnswer, Phases: away},
+	})
 	byName := func(name string) *Scenario {
 		for i := range scenarios {
 			if scenarios[i].Name == name {
@@ -150,14 +157,29 @@ func TestChecksCanFail(t *testing.T) {
 		// retry-after: the chain retries after its own 1 s wait.
 		name:     "retry_after_ignored",
 		scenario: "long-retry-after",
-		st:       Strategy{Name: "llmretry", build: mutantLLMRetry(ignoreRetryAfter)},
+		st:       Strategy{Name: "llmretry", build: mutantLLMRetry(ignoreRetryAfter, false)},
+		want:     "early sends",
+	}, {
+		// The same with the Breaker: without the hint nothing opens it,
+		// and every caller retries into the 45 s.
+		name:     "retry_after_ignored_breaker",
+		scenario: "long-retry-after",
+		st:       Strategy{Name: "llmretry + Breaker", Breaker: true, build: mutantLLMRetry(ignoreRetryAfter, true)},
 		want:     "early sends",
 	}, {
 		// A chain that cannot see the caller's deadline waits out a 45 s
 		// retry-after past it.
 		name:     "deadline_hidden",
 		scenario: "long-retry-after",
-		st:       Strategy{Name: "llmretry", build: mutantLLMRetry(hideDeadline)},
+		st:       Strategy{Name: "llmretry", build: mutantLLMRetry(hideDeadline, false)},
+		want:     "parked",
+	}, {
+		// The same with the Breaker, when both providers send everyone
+		// away for 45 s: calls wait on the secondary's breaker, their last,
+		// with no deadline to plan by.
+		name:     "deadline_hidden_breaker",
+		scenario: "both-away",
+		st:       Strategy{Name: "llmretry + Breaker", Breaker: true, build: mutantLLMRetry(hideDeadline, true)},
 		want:     "parked",
 	}, {
 		// Plain llmretry, checked as if it were the Breaker row, answers
@@ -178,6 +200,12 @@ func TestChecksCanFail(t *testing.T) {
 			broken := strings.Join(invariants(results), "\n")
 			if !strings.Contains(broken, tc.want) {
 				t.Errorf("invariants() = %q, want a line with %q", broken, tc.want)
+			}
+			// The same scenario with the chain as published passes: the
+			// break, not the scenario, is what the check caught.
+			results[0] = playOne(t, sc, Strategy{Name: tc.st.Name, Breaker: tc.st.Breaker, build: buildLLMRetry(tc.st.Breaker)}, testSeed)
+			if broken := strings.Join(invariants(results), "\n"); strings.Contains(broken, tc.want) {
+				t.Errorf("unbroken: invariants() = %q, want no line with %q", broken, tc.want)
 			}
 		})
 	}
@@ -200,16 +228,17 @@ const (
 	hideDeadline
 )
 
-// mutantLLMRetry is buildLLMRetry's chain broken one way.
-func mutantLLMRetry(how int) func(e *Env) doFunc {
+// mutantLLMRetry is buildLLMRetry's chain, with or without breakers,
+// broken one way.
+func mutantLLMRetry(how int, breakers bool) func(e *Env) doFunc {
 	return func(e *Env) doFunc {
-		do := buildLLMRetry(false)(e)
+		do := buildLLMRetry(breakers)(e)
 		switch how {
 		case ignoreRetryAfter:
 			for i := range e.transports {
 				e.transports[i] = dropHeaders{e.transports[i]}
 			}
-			do = buildLLMRetry(false)(e)
+			do = buildLLMRetry(breakers)(e)
 		case hideDeadline:
 			inner := do
 			do = func(ctx context.Context, id int) (int, error) {
