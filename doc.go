@@ -95,6 +95,28 @@
 // retry can be billed twice; this is more likely without a deadline, when
 // only the backend's Timeout ends a slow attempt.
 //
+// # Breakers
+//
+// A Chain learns nothing across calls by itself: in a hard-down outage every
+// call spends its own retries on the dead backend before falling over. A
+// [Breaker] on a backend ([Backend.Breaker]) is that backend's health,
+// shared by every call and chain holding the same pointer:
+//
+//	state       calls                                      leaves it when
+//	closed      go through                                 Failures consecutive transient or timeout failures, or any retry-after hint: open
+//	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open
+//	            "breaker"); a call with no backend left
+//	            waits, as it would for a retry-after
+//	half-open   one probe goes through, the waiting call   the probe's success: closed; its failure: open again
+//	            that began first; the others skip or wait
+//
+// A call that skipped a backend comes back to it, as the last it can try,
+// when every backend after it failed for a reason about the request
+// (truncated, rejected, parse, unknown). On a backend with a Breaker a
+// retry-after hint is the wait itself, so the caller that got it comes back
+// when the breaker half-opens, with everyone else. [Breaker.State] reads it
+// for dashboards.
+//
 // # Records
 //
 // Every attempt has an [Attempt] record: which backend and try, the Kind,
@@ -104,7 +126,7 @@
 //
 //	Next        meaning                                        Why
 //	retry       sent again to the same backend after RetryIn   (none)
-//	fall_over   went on to the next backend                    not_retryable, waits_used, reserve, max_wait, nested
+//	fall_over   went on to the next backend                    not_retryable, waits_used, reserve, max_wait, nested, breaker
 //	stop        Do returned                                    any of those for the last backend, or
 //	                                                           delivered, deadline, cancelled
 //
@@ -114,7 +136,9 @@
 // less than the reserve. max_wait: the server's retry-after was longer than
 // MaxWait. delivered: output had reached the caller. deadline: the
 // caller's deadline passed. cancelled: the caller withdrew. nested: the
-// chain runs inside another chain's retrying attempt. A success has neither.
+// chain runs inside another chain's retrying attempt. breaker: the
+// backend's Breaker was open, so nothing was sent (Skipped is set). A
+// success has neither.
 //
 // The records in a returned error say what actually happened: a wait cut
 // short by the caller's cancel or deadline reads stop, with why cancelled
@@ -193,6 +217,12 @@
 //	[*Exhausted]  false when every attempt was rejected or truncated (every
 //	              backend refused this exact request, and would again);
 //	              true otherwise
+//
+// [RetryItemAfter] tells a job queue when to run the item again: when every
+// backend's last attempt carried a retry-after hint (or was skipped by a
+// breaker that half-opens at a known time), the time from now until the
+// soonest of them, so the queue can snooze the item instead of spending an
+// attempt. [*Exhausted] and [*TimedOut] give it.
 //
 // Configuration errors ([ErrConfig]) say false: a broken chain fails the
 // same way.
