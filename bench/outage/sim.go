@@ -80,7 +80,6 @@ type flight struct{ send, end time.Duration }
 // world is one run of one scenario with one strategy: the providers, the
 // callers, the dispatcher and the counters.
 type world struct {
-	sc    *Scenario
 	seed  uint64
 	t0    time.Time
 	provs [2]*provider
@@ -355,7 +354,7 @@ type doFunc func(ctx context.Context, id int) (by int, err error)
 // play runs one scenario with one strategy inside the current synctest
 // bubble and returns what happened.
 func play(sc *Scenario, st Strategy, seed uint64) *Result {
-	w := &world{sc: sc, seed: seed, t0: time.Now(), wake: make(chan struct{}, 1)}
+	w := &world{seed: seed, t0: time.Now(), wake: make(chan struct{}, 1)}
 	for i, spec := range []*Provider{&sc.Primary, &sc.Second} {
 		w.provs[i] = &provider{Provider: spec, w: w, index: i, tokens: float64(spec.Burst)}
 	}
@@ -405,8 +404,5 @@ func play(sc *Scenario, st Strategy, seed uint64) *Result {
 		<-finished
 	}
 	close(stop)
-	if e.close != nil {
-		e.close()
-	}
 	return w.result(st)
 }

@@ -65,7 +65,6 @@ type Env struct {
 	deadline   bool
 	transports [2]http.RoundTripper
 	urls       [2]string
-	close      func() // run after the run, if set
 }
 
 // client is an HTTP client for backend b. timeout is http.Client's own
