@@ -3,7 +3,9 @@
 //
 // It holds no code of its own: the benchmarks live in bench_test.go, and
 // run.sh runs them and prints the table. It is a module of its own so that
-// the peers never enter llmretry's go.mod.
+// the peers never enter llmretry's go.mod. Outcomes rather than overhead
+// (answered, how fast, at what cost, during scripted outages in virtual
+// time) are measured by the package outage beside it.
 //
 // # Cases
 //
