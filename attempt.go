@@ -60,7 +60,7 @@ const (
 	WhyDeadline     Why = "deadline"      // the caller's deadline passed
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
-	WhyBreaker      Why = "breaker"       // the backend's Breaker was open: skipped, or waited for in vain
+	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, or waited for in vain
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http

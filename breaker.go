@@ -27,9 +27,12 @@ const DefaultCooldown = 30 * time.Second
 //     [KindTimeout], counted across all calls, open it after Failures; a
 //     success resets the count. Other Kinds do not count: they are about
 //     the request, not the backend's health.
-//   - A retry-after hint opens it until the hint runs out, whatever the
-//     count, for every caller (for no longer than the reporting backend's
-//     MaxWait: a hint beyond that is a broken server's).
+//   - A retry-after hint on such a failure opens it until the hint runs
+//     out, whatever the count, for every caller (for no longer than the
+//     reporting backend's MaxWait: a hint beyond that is a broken
+//     server's).
+//   - An attempt ended by its caller's own cancel or deadline, or by a
+//     panic, says nothing about the backend and is not counted.
 //   - Open, a call skips the backend without sending anything, and records
 //     the skip as an attempt (Skipped, Why "breaker"). When the backend is
 //     the last one the call can try, it waits instead, while the wait
@@ -74,9 +77,21 @@ func (b *Breaker) State() BreakerState {
 	return BreakerState{Open: true, Until: b.until, Failures: b.fails, Probing: b.probing, Kind: b.kind}
 }
 
-// breakerWaiter is a call waiting for a breaker to let it send.
+// openPast reports whether the breaker will still be open at t, as far as
+// is known now. A nil Breaker never is.
+func (b *Breaker) openPast(t time.Time) bool {
+	if b == nil {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.until.After(t)
+}
+
+// breakerWaiter is a call in a breaker's line.
 type breakerWaiter struct {
-	start time.Time // when the call's Do began
+	start time.Time // when the call's Do began: the line's order
+	ready time.Time // when the call comes to the breaker; until then it holds no one up
 	seq   uint64
 }
 
@@ -99,7 +114,7 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 		return verdict{pass: true}
 	case now.Before(b.until):
 		return verdict{until: b.until, kind: b.kind, changed: b.notifier()}
-	case b.probing || (len(b.waiters) > 0 && b.waiters[0] != w):
+	case b.probing || b.first(now) != w:
 		// Half-open, but the probe is someone else's: the waiting call
 		// that began first goes before anyone who just arrived.
 		return verdict{kind: b.kind, changed: b.notifier()}
@@ -108,17 +123,29 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 	return verdict{pass: true, probe: true}
 }
 
-// wait enters a call, begun at start, among the waiters.
-func (b *Breaker) wait(start time.Time) *breakerWaiter {
+// first is the waiter whose turn it is at now: the earliest-begun of those
+// that have come to the breaker; nil when none has.
+func (b *Breaker) first(now time.Time) *breakerWaiter {
+	for _, w := range b.waiters {
+		if !w.ready.After(now) {
+			return w
+		}
+	}
+	return nil
+}
+
+// join puts a call, begun at start, in the line, to come to the breaker
+// at ready.
+func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.seq++
-	w := &breakerWaiter{start: start, seq: b.seq}
+	w := &breakerWaiter{start: start, ready: ready, seq: b.seq}
 	i, _ := slices.BinarySearchFunc(b.waiters, w, func(x, y *breakerWaiter) int {
 		if c := x.start.Compare(y.start); c != 0 {
 			return c
 		}
-		return int(x.seq - y.seq)
+		return cmp.Compare(x.seq, y.seq)
 	})
 	b.waiters = slices.Insert(b.waiters, i, w)
 	return w
@@ -137,11 +164,12 @@ func (b *Breaker) leave(w *breakerWaiter) {
 	}
 }
 
-// report records how an attempt that the breaker admitted went: ok for a
-// success, else its Kind and retry-after hint. probe says whether it was
-// the half-open probe; maxWait caps how long a hint may hold it open (a
-// non-positive maxWait, none).
-func (b *Breaker) report(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration) {
+// observe records how an attempt that the breaker admitted went: ok for a
+// success, else its Kind and retry-after hint (KindCancelled when nothing
+// was learned about the backend). probe says whether it was the half-open
+// probe; maxWait caps how long a hint may hold it open (a non-positive
+// maxWait, none).
+func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if probe {
@@ -152,17 +180,16 @@ func (b *Breaker) report(now time.Time, ok bool, kind Kind, hint time.Duration, 
 	case ok:
 		b.fails, b.until = 0, time.Time{}
 	case kind == KindCancelled:
-		// The caller withdrew: nothing was learned about the backend. A
-		// probe's turn passes to the next call.
-	case hint > 0:
-		if kind == KindTransient || kind == KindTimeout {
-			b.fails++
-		}
+		// The caller withdrew, or its own deadline ended the attempt:
+		// nothing was learned about the backend. A probe's turn passes to
+		// the next call.
+	case aboutHealth(kind) && hint > 0:
+		b.fails++
 		if maxWait > 0 {
 			hint = min(hint, maxWait)
 		}
 		b.open(now, hint, kind)
-	case kind == KindTransient || kind == KindTimeout:
+	case aboutHealth(kind):
 		b.fails++
 		if probe || b.fails >= cmp.Or(b.Failures, DefaultBreakerFailures) {
 			b.open(now, cmp.Or(b.Cooldown, DefaultCooldown), kind)

@@ -1352,9 +1352,10 @@ func TestBreakerRecordsMatchOnAttempt(t *testing.T) {
 	}{
 		// Skipped, revisited after b truncates, and the probe fails.
 		{name: "revisit_probe_fails", br: &llmretry.Breaker{}, a: []error{busy("still down")}, b: trunc, n: 3},
-		// a's own failures open it between tries: try 3 is skipped,
-		// revisited, and retried while probes fail until the waits run out.
-		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3"), busy("4"), busy("5")}, b: trunc, n: 7},
+		// a's own failures open it between tries: rather than wait only to
+		// skip, it falls over at once (why "breaker"), is revisited after b
+		// truncates, and retried while probes fail until the waits run out.
+		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3"), busy("4"), busy("5")}, b: trunc, n: 6},
 		// Cancelled during the policy's wait after a failure that opened
 		// it: the record says stop and cancelled, OnAttempt saw a retry.
 		{name: "cancelled_in_wait", br: &llmretry.Breaker{Failures: 1}, policy: waits(5 * sec), a: []error{busy("1")}, cancel: 2 * sec, n: 1},
@@ -1466,9 +1467,8 @@ func TestBreakerProbeOrderAtHalfOpenIsScheduleFree(t *testing.T) {
 
 // A call waiting for a probe in flight with no reserve wakes at its
 // deadline, the same instant the context's own timer ends it. The outcome
-// must not depend on which runs first: the skip says "breaker", so the
-// error is the plain *Exhausted that a stop by the breaker gives when the
-// reserve ends the wait.
+// must not depend on which runs first: the deadline has come, so the skip
+// says "deadline" and the error is a *TimedOut either way.
 func TestBreakerWaitToTheDeadlineIsDeterministic(t *testing.T) {
 	got := map[string]int{}
 	for range 50 {
@@ -1488,7 +1488,7 @@ func TestBreakerWaitToTheDeadlineIsDeterministic(t *testing.T) {
 			got[fmt.Sprintf("%T %s", err, attempts[len(attempts)-1].Why)]++
 		})
 	}
-	want := map[string]int{"*llmretry.Exhausted breaker": 50}
+	want := map[string]int{"*llmretry.TimedOut deadline": 50}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("outcomes over 50 runs, counted (-want +got):\n%s", diff)
 	}

@@ -81,7 +81,8 @@ type Policy struct {
 	// DefaultMaxWait; negative means no cap.
 	MaxWait time.Duration
 	// Jitter spreads the waits: each wait w is drawn from
-	// [w*(1-Jitter), w]. It must lie in [0, 1]; 0 means exact waits.
+	// [w*(1-Jitter), w] (a repeated wait is still never under a second).
+	// It must lie in [0, 1]; 0 means exact waits.
 	Jitter float64
 }
 
@@ -259,12 +260,9 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if !ok {
 				break // skipped for its breaker, or stopped: the record says which
 			}
-			resp, a, end := r.send(b, bi, try, req)
-			if b.Breaker != nil {
-				b.Breaker.report(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry))
-			}
+			resp, a, end := r.attempt(b, bi, try, req, probe)
 			if a.Err == nil {
-				r.report(a)
+				r.notify(a)
 				return resp, nil
 			}
 			wait := r.decide(b, &a, end)
@@ -277,23 +275,22 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 			if a.Next != NextRetry {
 				break
 			}
-			if b.Breaker != nil {
-				// In line for the breaker from now: a call coming back
-				// after a retry-after goes before those that began later.
-				r.line, r.lineOf = b.Breaker.wait(r.start), b.Breaker
-			}
 			if !r.wait(b, wait) {
-				r.leaveLine()
 				break
 			}
 		}
 		if a := &r.attempts[len(r.attempts)-1]; a.Next == NextStop {
-			if a.Why != WhyCancelled && a.Why != WhyDeadline {
-				// Stopped for a reason of the chain's own: that decides
-				// the outcome, whatever the context did meanwhile.
-				return zero, r.fail(nil, nil)
+			switch a.Why {
+			case WhyCancelled:
+				return zero, r.fail(ctx.Err(), context.Cause(ctx))
+			case WhyDeadline:
+				// Decided at the deadline, perhaps before the context's own
+				// timer has fired.
+				return zero, r.fail(context.DeadlineExceeded, context.Cause(ctx))
 			}
-			return zero, r.fail(ctx.Err(), context.Cause(ctx))
+			// Stopped for a reason of the chain's own: that decides the
+			// outcome, whatever the context did meanwhile.
+			return zero, r.fail(nil, nil)
 		}
 		r.fellOver(bi)
 	}
@@ -301,16 +298,15 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
 }
 
-// call is the state of one Do.
-type call[Req, Resp any] struct {
+// run is the state of one Do.
+type run[Req, Resp any] struct {
 	c        *Chain[Req, Resp]
 	ctx      context.Context
-	classify func(error) Kind
 	parent   *attemptCtx   // the enclosing chain's attempt, nil when there is none
 	nested   bool          // an enclosing attempt may be retried: make one attempt per backend
 	reserve  time.Duration // what a zero Policy.Reserve means for this call
 	attempts []Attempt     // every failed attempt so far
-	start    time.Time     // when Do began, read only when a backend has a Breaker
+	start    time.Time     // when Do began: its place in a breaker's line
 
 	// The plan: every backend in order, then once more the ones skipped
 	// for their breakers, when every backend after them failed for a
@@ -327,7 +323,7 @@ type call[Req, Resp any] struct {
 }
 
 // leaveLine gives up the call's place in a breaker's line, if it has one.
-func (r *call[Req, Resp]) leaveLine() {
+func (r *run[Req, Resp]) leaveLine() {
 	if r.line != nil {
 		r.lineOf.leave(r.line)
 		r.line, r.lineOf = nil, nil
@@ -335,11 +331,8 @@ func (r *call[Req, Resp]) leaveLine() {
 }
 
 // begin starts the state of one Do under ctx.
-func (c *Chain[Req, Resp]) begin(ctx context.Context) call[Req, Resp] {
-	r := call[Req, Resp]{c: c, ctx: ctx, classify: c.Classify, reserve: DefaultReserve}
-	if r.classify == nil {
-		r.classify = Classify
-	}
+func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
+	r := run[Req, Resp]{c: c, ctx: ctx, reserve: DefaultReserve, start: time.Now(), healthy: true}
 	// Only the outermost retrying request retries: an LM that wraps an LM
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
@@ -349,21 +342,14 @@ func (c *Chain[Req, Resp]) begin(ctx context.Context) call[Req, Resp] {
 	if deadline, ok := ctx.Deadline(); ok {
 		r.reserve = min(DefaultReserve, time.Until(deadline)/2)
 	}
-	for i := range c.Backends {
-		if c.Backends[i].Breaker != nil {
-			r.start = time.Now() // orders the calls waiting on a breaker
-			break
-		}
-	}
-	r.healthy = true
 	return r
 }
 
 // planned is how many backends the plan holds so far.
-func (r *call[Req, Resp]) planned() int { return len(r.c.Backends) + len(r.revisit) }
+func (r *run[Req, Resp]) planned() int { return len(r.c.Backends) + len(r.revisit) }
 
 // backend is the index of the backend at the plan's position.
-func (r *call[Req, Resp]) backend() int {
+func (r *run[Req, Resp]) backend() int {
 	if n := len(r.c.Backends); r.pos >= n {
 		return r.revisit[r.pos-n]
 	}
@@ -373,13 +359,13 @@ func (r *call[Req, Resp]) backend() int {
 // last reports whether the backend at the plan's position is the last
 // the call can try, after an attempt of Kind k: a failure about the
 // request sends the call back to the backends it skipped.
-func (r *call[Req, Resp]) last(k Kind) bool {
+func (r *run[Req, Resp]) last(k Kind) bool {
 	return r.pos == r.planned()-1 && !r.revisits(k)
 }
 
 // revisits reports whether a failure of Kind k at the end of the plan
 // sends the call back to the backends it skipped.
-func (r *call[Req, Resp]) revisits(k Kind) bool {
+func (r *run[Req, Resp]) revisits(k Kind) bool {
 	return !r.revisited && len(r.deferred) > 0 && r.healthy && !aboutHealth(k)
 }
 
@@ -388,9 +374,11 @@ func (r *call[Req, Resp]) revisits(k Kind) bool {
 func aboutHealth(k Kind) bool { return k == KindTransient || k == KindTimeout }
 
 // fellOver moves the plan past backend bi, which the call gave up on.
-func (r *call[Req, Resp]) fellOver(bi int) {
+func (r *run[Req, Resp]) fellOver(bi int) {
 	switch a := &r.attempts[len(r.attempts)-1]; {
-	case a.Skipped:
+	case a.Why == WhyBreaker:
+		// Skipped, or left because its breaker would still be open when
+		// the retry's wait ended: come back to it.
 		r.deferred = append(r.deferred, bi)
 	case len(r.deferred) > 0 && aboutHealth(a.Kind):
 		r.healthy = false
@@ -409,13 +397,42 @@ type ended struct {
 	own    bool  // the backend's Timeout or StallTimeout ended the attempt
 }
 
+// attempt sends try number try to backend b and tells its breaker, if it
+// has one, how it went (probe says whether it was the half-open probe),
+// even when the backend's Call panics.
+func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, probe bool) (Resp, Attempt, ended) {
+	br := b.Breaker
+	if br == nil {
+		return r.send(b, bi, try, req)
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			// Nothing was learned, but a probe must not hold the breaker
+			// half-open for good.
+			br.observe(time.Now(), false, KindCancelled, 0, probe, 0)
+		}
+	}()
+	resp, a, end := r.send(b, bi, try, req)
+	finished = true
+	switch {
+	case end.ctxErr != nil:
+		// The caller's own cancel or deadline ended it: that says
+		// nothing about the backend's health.
+		br.observe(end.at, false, KindCancelled, 0, probe, 0)
+	default:
+		br.observe(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry))
+	}
+	return resp, a, end
+}
+
 // send makes one attempt of backend b and returns its response and
 // record. For a failure, the record has its Kind and details; decide sets
 // what follows.
-func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
+func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := time.Now()
-	resp, err, own := b.call(mark, req)
+	resp, err, own := b.callLimited(mark, req)
 	elapsed := time.Since(start)
 	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
 	a := Attempt{
@@ -439,7 +456,7 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 	case r.c.Classify == nil:
 		a.Kind = kind // what Classify would say, without walking the tree twice
 	default:
-		a.Kind = r.classify(err)
+		a.Kind = r.c.Classify(err)
 	}
 	if a.Kind == KindCancelled && end.cause == nil {
 		end.cause = err // the backend reported the withdrawal
@@ -453,7 +470,7 @@ func (r *call[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Res
 // falls over, or, when b is the last backend it can try, waits for the
 // breaker for as long as a retry-after hint could hold it, and stops when
 // that is not enough.
-func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
+func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
 	br := b.Breaker
 	if br == nil {
 		return false, true
@@ -468,8 +485,10 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 		if v.pass {
 			return v.probe, true
 		}
-		if r.pos < r.planned()-1 {
-			r.skip(b, bi, try, now, v, NextFallOver, WhyBreaker)
+		if last := r.pos == r.planned()-1; !last || r.nested {
+			// Fall over; a nested chain never waits: its skip's
+			// RetryAfter becomes the enclosing attempt's hint.
+			r.skip(b, bi, try, now, v, giveUp(WhyBreaker, last), WhyBreaker)
 			return false, false
 		}
 		// The last backend the call can try: wait for it to half-open, or
@@ -479,12 +498,16 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 		if limit.IsZero() {
 			limit = r.waitLimit(&b.Retry, now)
 		}
+		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
+			r.skip(b, bi, try, now, v, NextStop, WhyDeadline)
+			return false, false
+		}
 		if !now.Before(limit) || (!v.until.IsZero() && (v.until.After(limit) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
 			r.skip(b, bi, try, now, v, NextStop, WhyBreaker)
 			return false, false
 		}
 		if w == nil {
-			w = br.wait(r.start)
+			w = br.join(r.start, now)
 			continue // now in line, it may be this call's turn
 		}
 		wake := limit
@@ -504,7 +527,7 @@ func (r *call[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok b
 // at now may still send its request: MaxWait later, and no later than
 // the reserve allows; far off when neither bounds it. (A half-open time
 // known in advance is checked as a retry's wait is, by fits.)
-func (r *call[Req, Resp]) waitLimit(p *Policy, now time.Time) time.Time {
+func (r *run[Req, Resp]) waitLimit(p *Policy, now time.Time) time.Time {
 	limit := now.Add(maxOpen)
 	if mw := maxWait(p); mw > 0 {
 		limit = now.Add(mw)
@@ -527,7 +550,7 @@ func minTime(a, b time.Time) time.Time {
 
 // skip records that try number try of backend b was not sent because its
 // breaker was open (v), and what the call did instead.
-func (r *call[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) {
+func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) {
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
 		Start: now, Skipped: true, Next: next, Why: why,
@@ -557,11 +580,11 @@ func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) bool 
 	return true
 }
 
-// call sends one request under the attempt's own limits, Timeout for the
+// callLimited sends one request under the attempt's own limits, Timeout for the
 // whole attempt and StallTimeout between outputs, and reports whether one
 // of them ended it. Without either it calls the backend on the mark
 // itself: the success path's one allocation.
-func (b *Backend[Req, Resp]) call(mark *attemptCtx, req Req) (resp Resp, err error, own bool) {
+func (b *Backend[Req, Resp]) callLimited(mark *attemptCtx, req Req) (resp Resp, err error, own bool) {
 	if b.Timeout <= 0 && b.StallTimeout <= 0 {
 		resp, err = b.Call(mark, req)
 		return resp, err, false
@@ -590,7 +613,7 @@ func (b *Backend[Req, Resp]) call(mark *attemptCtx, req Req) (resp Resp, err err
 
 // decide sets a failed attempt's Next and Why, and returns the wait before
 // the retry when Next is NextRetry.
-func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) time.Duration {
+func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) time.Duration {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
@@ -607,7 +630,13 @@ func (r *call[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) t
 		why = WhyNested
 	default:
 		var w time.Duration
-		if w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at); why == "" {
+		w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at)
+		if why == "" && !r.last(a.Kind) && b.Breaker.openPast(end.at.Add(w)) {
+			// The breaker will still be open when the wait ends: the retry
+			// would only skip, so fall over now rather than after the wait.
+			why = WhyBreaker
+		}
+		if why == "" {
 			a.Next, a.RetryIn = NextRetry, w
 			return w
 		}
@@ -628,7 +657,7 @@ func giveUp(why Why, last bool) Next {
 // nextWait returns the wait before the retry that follows failed try
 // number try, decided at now, or why there is none. hint is the server's
 // retry-after.
-func (r *call[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Duration, now time.Time) (time.Duration, Why) {
+func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Duration, now time.Time) (time.Duration, Why) {
 	p := &b.Retry
 	_, hasDeadline := r.ctx.Deadline()
 	n := len(p.Waits)
@@ -684,7 +713,7 @@ func jitter(w time.Duration, j float64) time.Duration {
 // caller's deadline with the reserve still left. Checked before sleeping: a
 // wait that leaves no time to use it only turns a backend's error into a
 // deadline error.
-func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
+func (r *run[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 	deadline, ok := r.ctx.Deadline()
 	if !ok {
 		return true
@@ -694,7 +723,7 @@ func (r *call[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 }
 
 // reserveOf is the time p's backend must leave before the deadline.
-func (r *call[Req, Resp]) reserveOf(p *Policy) time.Duration {
+func (r *run[Req, Resp]) reserveOf(p *Policy) time.Duration {
 	switch {
 	case p.Reserve == 0:
 		return r.reserve
@@ -708,15 +737,22 @@ func (r *call[Req, Resp]) reserveOf(p *Policy) time.Duration {
 // corrects the last record and reports false when the retry is off: the
 // wait no longer fits after OnAttempt (decided and started from one clock
 // reading), or the caller's context ended first.
-func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
+func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 	if err := r.ctx.Err(); err != nil {
 		r.halt(whyCtx(err))
 		return false
 	}
-	if _, ok := r.ctx.Deadline(); ok && !r.fits(&b.Retry, w, time.Now()) {
+	now := time.Now()
+	if !r.fits(&b.Retry, w, now) {
 		a := &r.attempts[len(r.attempts)-1]
 		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
 		return false
+	}
+	if b.Breaker != nil {
+		// In the breaker's line from now, to come to it when the wait
+		// ends: a call coming back after a retry-after goes before those
+		// that began later.
+		r.line, r.lineOf = b.Breaker.join(r.start, now.Add(w)), b.Breaker
 	}
 	if w == 0 {
 		return true // no timer for a zero wait
@@ -726,20 +762,21 @@ func (r *call[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
 	select {
 	case <-r.ctx.Done():
 		r.halt(whyCtx(r.ctx.Err()))
+		r.leaveLine()
 		return false
 	case <-t.C:
 		return true
 	}
 }
 
-// record keeps a failed attempt and reports it.
-func (r *call[Req, Resp]) record(a Attempt) {
+// record keeps a failed attempt and hands it to OnAttempt.
+func (r *run[Req, Resp]) record(a Attempt) {
 	r.attempts = append(r.attempts, a)
-	r.report(a)
+	r.notify(a)
 }
 
-// report hands an attempt to OnAttempt.
-func (r *call[Req, Resp]) report(a Attempt) {
+// notify hands an attempt to OnAttempt.
+func (r *run[Req, Resp]) notify(a Attempt) {
 	if r.c.OnAttempt != nil {
 		r.c.OnAttempt(r.ctx, a)
 	}
@@ -748,7 +785,7 @@ func (r *call[Req, Resp]) report(a Attempt) {
 // halt marks the last record as the one after which Do stopped, for why,
 // so that the records in an error say what actually happened, even when
 // OnAttempt was told otherwise.
-func (r *call[Req, Resp]) halt(why Why) {
+func (r *run[Req, Resp]) halt(why Why) {
 	if n := len(r.attempts); n > 0 && r.attempts[n-1].Next != NextStop {
 		a := &r.attempts[n-1]
 		a.Next, a.Why, a.RetryIn = NextStop, why, 0
@@ -761,7 +798,7 @@ func (r *call[Req, Resp]) halt(why Why) {
 // backend's error): the caller's cancellation wins over the attempts' own
 // failures, and a deadline that ran out makes it a TimedOut (or
 // Truncated).
-func (r *call[Req, Resp]) fail(ctxErr, cause error) error {
+func (r *run[Req, Resp]) fail(ctxErr, cause error) error {
 	if n := len(r.attempts); ctxErr == nil && n > 0 && r.attempts[n-1].Kind == KindCancelled {
 		ctxErr = context.Canceled
 	}

@@ -266,8 +266,9 @@
 //
 // A Chain is immutable once built and safe for concurrent use by many
 // goroutines; all of a call's state is its own. Do runs its backends and
-// OnAttempt on the calling goroutine. It never starts a goroutine, and
-// stops every timer it starts before it returns. On the success path
+// OnAttempt on the calling goroutine. It starts no goroutine of its own
+// (the timers of Timeout and StallTimeout run their callbacks as timers
+// do), and stops every timer it starts before it returns. On the success path
 // without a backend Timeout or StallTimeout it allocates once, for the
 // attempt's context, and starts no timer; a zero wait arms none either.
 //

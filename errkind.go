@@ -24,10 +24,11 @@ const (
 	// backend; the chain falls over to the next one.
 	KindUnknown Kind = iota
 	// KindTransient is a failure that may pass: HTTP 408, 425, 429 or 5xx,
-	// or a refused, reset or aborted connection, or an unexpected EOF.
+	// a refused, reset or aborted connection, a broken pipe, a failed dial,
+	// or an EOF or unexpected EOF from the server.
 	KindTransient
-	// KindTimeout is an attempt that hit a deadline: the backend's
-	// per-attempt Timeout, a net.Error whose Timeout() is true, or
+	// KindTimeout is an attempt that hit a deadline: the backend's Timeout
+	// or StallTimeout, a net.Error whose Timeout() is true, or
 	// context.DeadlineExceeded.
 	KindTimeout
 	// KindTruncated is a model that stopped at its completion budget

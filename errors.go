@@ -254,8 +254,11 @@ type shieldedCause struct{ err error }
 func (s shieldedCause) Error() string { return Redact(s.err.Error()) }
 
 // Is reports whether the cause matches target, so errors.Is(err, cause)
-// holds.
-func (s shieldedCause) Is(target error) bool { return errors.Is(s.err, target) }
+// holds; but not context.DeadlineExceeded, which the error itself answers
+// for (a Cancelled whose cause is a sibling's TimedOut did not time out).
+func (s shieldedCause) Is(target error) bool {
+	return target != context.DeadlineExceeded && errors.Is(s.err, target)
+}
 
 // As finds target in the cause, unless target is one of the chain's
 // failure types or the advice interface.
@@ -348,7 +351,7 @@ func lever(what string, attempts []Attempt) string {
 		levers = append(levers, "raise the backends' Timeout or StallTimeout")
 	}
 	if reserve {
-		levers = append(levers, "retries stopped to keep the reserve before the deadline (Policy.Reserve)")
+		levers = append(levers, "retries stopped where the next wait would not leave the reserve before the deadline (Policy.Reserve)")
 	}
 	if maxWait {
 		levers = append(levers, "retries stopped because a server asked to wait longer than Policy.MaxWait")
@@ -434,6 +437,12 @@ func innerAttempts(err error) []Attempt {
 		return e.Attempts
 	case *Cancelled:
 		return e.Attempts
+	case *Failure:
+		// A backend that wrapped an inner chain's error in a Failure of its
+		// own still ran those attempts.
+		if e != nil {
+			return innerAttempts(e.Err)
+		}
 	}
 	return nil
 }
