@@ -50,7 +50,10 @@ func Example() {
 	}
 	counts, err := r.Run(context.Background(), slices.Values(items))
 	fmt.Printf("%+v %v\n", counts, err)
-	// Output:
+	// Items finish in any order, even one at a time: a dead letter may be
+	// written before an earlier item's answer is handed over.
+
+	// Unordered output:
 	// q1: an answer to a question
 	// q2: dead after 1 run(s), item retryable: false
 	// q3: an answer to a haiku
