@@ -708,8 +708,9 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 // The overhead cases (FirstTry, TwoFailures, Fallover, Exhausted) wait zero
-// between tries, so the figures are bookkeeping rather than sleeping, and llmretry starts no timer for a zero wait
-// while every peer starts one per retry. The two
+// between tries, so the figures are bookkeeping rather than sleeping, and
+// llmretry starts no timer for a zero wait while every peer starts one per
+// retry. The two
 // cases below make that difference visible: the same work with the
 // smallest positive wait, 1ns, so that every library, llmretry included,
 // arms a timer for each retry.
