@@ -3,6 +3,7 @@ module github.com/llmretry/llmretry/contrib/openairetry
 go 1.26.0
 
 require (
+	github.com/google/go-cmp v0.7.0
 	github.com/llmretry/llmretry v0.0.0
 	github.com/openai/openai-go/v3 v3.98.0
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -237,9 +238,13 @@ func streamFailure(err error, resp *http.Response, text string) error {
 	if f, ok := mapped.(*llmretry.Failure); ok {
 		return withText(f, text)
 	}
-	// A transport error after some text: the Failure only carries the text,
-	// and keeps the Kind the chain would have given the bare error.
-	return &llmretry.Failure{Kind: llmretry.Classify(err), RawText: &text, Err: err}
+	// A transport error after some text: the Failure carries the text and
+	// keeps the Kind the chain would have given the bare error.
+	return &llmretry.Failure{
+		Kind:    llmretry.Classify(err),
+		RawText: &text,
+		Err:     fmt.Errorf("openairetry: stream broke after %d bytes of text%s: %w", len(text), requestSuffix(resp), err),
+	}
 }
 
 // withText keeps text as the failure's raw text when there is any.
