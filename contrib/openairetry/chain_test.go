@@ -434,6 +434,9 @@ func TestTruncation(t *testing.T) {
 				{Model: "gpt-a", Try: 1, Step: "truncated", Kind: llmretry.KindTruncated, Raw: text("The sky is")},
 				answered(m, "gpt-b", 1),
 			}
+			if msg, want := attempts[0].Err.Error(), `finish reason "length") (request req_gpt-a_1)`; !strings.Contains(msg, want) {
+				t.Errorf("attempt 1 error = %q, want it to contain %q", msg, want)
+			}
 			if m == stream {
 				// The caller holds "The sky is" already.
 				want = want[:1]

@@ -35,11 +35,13 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 		Model: model,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
-			cc, err := client.Chat.Completions.New(ctx, params, option.WithMaxRetries(0))
+			var resp *http.Response
+			cc, err := client.Chat.Completions.New(ctx, params,
+				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			if err != nil {
 				return llmretry.Completion{}, Failure(err)
 			}
-			return answer(cc, "")
+			return answer(cc, requestSuffix(resp))
 		},
 	}
 }
@@ -147,7 +149,9 @@ func answer(cc *openai.ChatCompletion, suffix string) (llmretry.Completion, erro
 	choice := &cc.Choices[0]
 	text := choice.Message.Content
 	if choice.FinishReason == "length" {
-		return llmretry.Completion{}, llmretry.Truncation(text)
+		f := llmretry.Truncation(text)
+		f.Err = errors.New("openairetry: completion stopped at its token budget (finish reason \"length\")" + suffix)
+		return llmretry.Completion{}, f
 	}
 	// Sampling differs between tries, so an empty answer is worth another
 	// one; a refusal counts as empty, and its text is kept for the record.
