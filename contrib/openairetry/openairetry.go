@@ -19,7 +19,9 @@ import (
 // Completions API through client, without streaming. build turns the
 // chain's request into the SDK's parameters; model, when not empty,
 // replaces the parameters' model and names the backend in the chain's
-// records. Set Retry and Timeout on the returned Backend.
+// records. Set Retry and Timeout on the returned Backend; StallTimeout
+// would bound the whole request as Timeout does, since a plain request
+// delivers nothing before its answer.
 //
 // Every Call sends exactly one HTTP request, whatever retries the client
 // was built with, and reports failures as [Failure] does. A completion cut
