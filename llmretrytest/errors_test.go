@@ -186,3 +186,39 @@ func TestStreamStepsAsJSON(t *testing.T) {
 		})
 	}
 }
+
+// A StreamError played to a request that did not ask for a stream is the
+// HTTP error its type stands for.
+func TestStreamErrorStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		errType string
+		want    int
+	}{
+		{"overloaded_error", 529},
+		{"rate_limit_error", 429},
+		{"insufficient_quota", 429},
+		{"requests", 429},
+		{"tokens", 429},
+		{"invalid_request_error", 400},
+		{"authentication_error", 401},
+		{"permission_error", 403},
+		{"not_found_error", 404},
+		{"request_too_large", 413},
+		{"api_error", 500},
+		{"server_error", 500},
+		{"", 500},
+	}
+	s := newServer(t)
+	c := newClient(t)
+	for _, tc := range tests {
+		for _, api := range []string{"openai", "anthropic"} {
+			model := "m_" + tc.errType + "_" + api
+			s.Script(model, StreamError(tc.errType))
+			got := call(t, c, s, api, model, false)
+			if got.err != nil || got.status() != tc.want {
+				t.Errorf("%s StreamError(%q): status %d, err %v; want %d", api, tc.errType, got.status(), got.err, tc.want)
+			}
+		}
+	}
+}

@@ -65,84 +65,82 @@ func TestDown(t *testing.T) {
 	}
 }
 
-// GoDown refuses new connections and closes idle keep-alive ones; a
-// request that still arrives on an old connection is hung up on and
-// logged as "down".
-func TestGoDown(t *testing.T) {
+// Down after a delay takes the server down even when the client gave up
+// waiting for it.
+func TestDownAfterClientLeft(t *testing.T) {
 	t.Parallel()
 	s, tr := traceServer(t)
-	s.Script("m", Answer("hi"))
-	addr := strings.TrimPrefix(s.URL, "http://")
-
-	// Two raw keep-alive connections, each with one answered request:
-	// one is left idle, the other is part-way through sending its next
-	// request when the server goes down.
-	idle := dialAndAsk(t, addr)
-	busy := dialAndAsk(t, addr)
-	for range 2 {
-		waitFor(t, tr.started, "first requests")
+	s.Script("m", Down().After(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- send(ctx, newClient(t), s, paths["openai"], requestBody("openai", "m", false)).err }()
+	waitFor(t, tr.arrived, "request")
+	cancel()
+	waitFor(t, tr.ended, "end of the handler")
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("client: err = %v, want context.Canceled", err)
 	}
-	req := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"
-	if _, err := busy.Write([]byte(req)); err != nil {
-		t.Fatal(err)
+	if _, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://")); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial after the delayed Down: err = %v, want ECONNREFUSED", err)
 	}
-	waitFor(t, tr.started, "the handler of the request on the busy connection")
-	s.GoDown()
-	s.GoDown() // twice is fine
-
-	if _, err := net.Dial("tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Errorf("dial after GoDown: err = %v, want ECONNREFUSED", err)
-	}
-	// The server closed the idle connection: reading it ends.
-	if n, err := idle.Read(make([]byte, 1)); err == nil {
-		t.Errorf("idle connection after GoDown: read %d bytes, want the connection closed", n)
-	}
-	if _, err := busy.Write([]byte(`"model":"m"}`)); err != nil {
-		t.Fatal(err)
-	}
-	if resp, err := http.ReadResponse(bufio.NewReader(busy), nil); !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-		t.Errorf("request on an old connection after GoDown: response %v, err %v; want the connection closed", resp, err)
-	}
-	want := []Request{
-		{Model: "m", API: "openai", N: 1, Step: "answer"},
-		{Model: "m", API: "openai", N: 2, Step: "answer"},
-		{Model: "m", API: "anthropic", N: 3, Step: "down"},
-	}
-	if diff := cmp.Diff(want, s.Requests(), cmpopts.IgnoreFields(Request{}, "Time")); diff != "" {
-		t.Errorf("Requests() (-want +got):\n%s", diff)
-	}
-	s.Close()
-	s.GoDown() // and after Close too
 }
 
-// dialAndAsk opens a connection, has one request answered on it and
-// leaves it open.
-func dialAndAsk(t *testing.T, addr string) net.Conn {
-	t.Helper()
+// GoDown refuses every later request, even from a client that pools its
+// connections: the server keeps none open between requests.
+func TestGoDownRefuses(t *testing.T) {
+	t.Parallel()
+	// The race this guards against (a pooled connection reused just after
+	// the server closed it) is lost some of the time, so try it often.
+	for i := range 20 {
+		s := newServer(t)
+		s.Script("m", Answer("hi"))
+		c := newClient(t)
+		first := call(t, c, s, "openai", "m", false)
+		if first.err != nil || first.resp.Close != true {
+			t.Fatalf("try %d: first request: err %v, Connection: close %v; want no error, true", i, first.err, first.resp.Close)
+		}
+		s.GoDown()
+		s.GoDown() // twice is fine
+		if got := call(t, c, s, "anthropic", "m", true); !errors.Is(got.err, syscall.ECONNREFUSED) {
+			t.Fatalf("try %d: request after GoDown: err = %v, want ECONNREFUSED", i, got.err)
+		}
+		s.Close()
+		s.GoDown() // and after Close too
+	}
+}
+
+// A request already on its way when the server goes down (its connection
+// accepted, its body not yet read) is logged as "down" and hung up on,
+// whatever its body.
+func TestGoDownMidRequest(t *testing.T) {
+	t.Parallel()
+	s, tr := traceServer(t)
+	addr := strings.TrimPrefix(s.URL, "http://")
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	body := `{"model":"m"}`
-	req := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n" + body
+	defer conn.Close()
+	req := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{"
 	if _, err := conn.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	// A bufio.Reader may read ahead, but the server sends nothing more on
-	// an idle connection, so nothing is lost.
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err != nil {
+	waitFor(t, tr.started, "the handler")
+	s.GoDown()
+	if _, err := net.Dial("tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("dial after GoDown: err = %v, want ECONNREFUSED", err)
+	}
+	// The rest of the body, which is not even JSON.
+	if _, err := conn.Write([]byte(`"model":"m"]`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		t.Fatal(err)
+	if got, err := io.ReadAll(conn); len(got) != 0 || err != nil {
+		t.Errorf("read %q, err %v; want the connection closed without a response", got, err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("status %d, want 200", resp.StatusCode)
+	want := []Request{{API: "anthropic", N: 1, Step: "down"}}
+	if diff := cmp.Diff(want, s.Requests(), cmpopts.IgnoreFields(Request{}, "Time")); diff != "" {
+		t.Errorf("Requests() (-want +got):\n%s", diff)
 	}
-	return conn
 }
 
 // The steps that wait without end are released by the client going away

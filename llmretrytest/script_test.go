@@ -236,3 +236,61 @@ func TestConcurrentRequests(t *testing.T) {
 		}
 	}
 }
+
+// The base URLs are what the SDKs join their paths to: openai-go appends
+// "chat/completions", anthropic-sdk-go "v1/messages".
+func TestBaseURLs(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.Script("m", Answer("hi"))
+	c := newClient(t)
+	if !strings.HasPrefix(s.URL, "http://127.0.0.1:") || strings.HasSuffix(s.URL, "/") {
+		t.Errorf("URL = %q, want http://127.0.0.1:PORT", s.URL)
+	}
+	for _, url := range []string{s.OpenAIBaseURL() + "chat/completions", s.AnthropicBaseURL() + "v1/messages"} {
+		resp, err := c.Post(url, "application/json", strings.NewReader(`{"model":"m"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("POST %s: status %d, want 200", url, resp.StatusCode)
+		}
+	}
+}
+
+// Script, Requests and GoDown may be called while requests are served;
+// the race detector checks the locking.
+func TestMethodsWhileServing(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.Script("m", Answer("a b c"))
+	c := newClient(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				api := []string{"openai", "anthropic"}[i%2]
+				send(t.Context(), c, s, paths[api], requestBody(api, "m", i%4 < 2))
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 20 {
+			s.Script("m", Answer(fmt.Sprint("a", i)), Status(503))
+			_ = s.Requests()
+		}
+		s.GoDown()
+	}()
+	wg.Wait()
+	// Every logged request has a number one above the one before it.
+	for i, r := range s.Requests() {
+		if r.N != i+1 {
+			t.Fatalf("request %d has N %d, want %d", i, r.N, i+1)
+		}
+	}
+}

@@ -101,6 +101,7 @@ func TestSplitWords(t *testing.T) {
 		{"  two leading words ", []string{"  two ", "leading ", "words "}},
 		{"   ", []string{"   "}},
 		{"héllo wörld", []string{"héllo ", "wörld"}},
+		{"tab\tand\u3000ideographic space", []string{"tab\t", "and\u3000", "ideographic ", "space"}},
 	}
 	for _, tc := range tests {
 		got := splitWords(tc.text)
