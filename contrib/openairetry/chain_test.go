@@ -485,8 +485,8 @@ func TestEmptyAnswerRetried(t *testing.T) {
 // delivered the failure ends the chain with nothing resent and no other
 // backend called; before any text (the opening role chunk is not text) it
 // is retried like any request. A stream that ends without a finish reason
-// is a failure, never a success. A plain request cut off the same way is
-// always retried.
+// is a failure, never a success. A plain request cut off the same way, or
+// answered without a finish reason, is always retried.
 func TestStreamBroken(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -522,6 +522,10 @@ func TestStreamBroken(t *testing.T) {
 		{
 			name: "unfinished_before_text", mode: stream, step: llmretrytest.StreamUnfinished(0),
 			want: row{Step: "stream unfinished 0", Kind: llmretry.KindTransient, RetryIn: short},
+		},
+		{
+			name: "json_unfinished", mode: plain, step: llmretrytest.StreamUnfinished(2),
+			want: row{Step: "stream unfinished 2", Kind: llmretry.KindTransient, RetryIn: short, Raw: text("chunk1 chunk2 ")},
 		},
 		{
 			name: "json_cut", mode: plain, step: llmretrytest.StreamDrop(2),

@@ -27,8 +27,10 @@ import (
 // was built with, and reports failures as [Failure] does. A completion cut
 // off at its token budget (finish_reason "length") fails with
 // [llmretry.Truncation] and the partial text; one with neither text nor a
-// tool call fails with [llmretry.ParseFailure]. The answer is the first
-// choice; Raw is the *openai.ChatCompletion. Chat panics if build is nil.
+// tool call fails with [llmretry.ParseFailure]; one without a finish
+// reason is a transient failure, as a cut stream is. The answer is the
+// first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
+// nil.
 func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: Chat with a nil build")
@@ -150,6 +152,14 @@ func answer(cc *openai.ChatCompletion, suffix string) (llmretry.Completion, erro
 	}
 	choice := &cc.Choices[0]
 	text := choice.Message.Content
+	if choice.FinishReason == "" {
+		// Nothing says the answer is whole: the API always names why a
+		// choice stopped, so one without a reason may be partial.
+		return llmretry.Completion{}, withText(&llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  errors.New("openairetry: answer has no finish reason" + suffix),
+		}, text)
+	}
 	if choice.FinishReason == "length" {
 		f := llmretry.Truncation(text)
 		f.Err = errors.New("openairetry: completion stopped at its token budget (finish reason \"length\")" + suffix)
