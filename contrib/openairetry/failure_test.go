@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -144,6 +145,24 @@ func TestFailureLeavesOthers(t *testing.T) {
 				t.Errorf("Classify(Failure()) = %v, want %v", k, tc.kind)
 			}
 		})
+	}
+}
+
+// TestFailureRedacts checks that a key the provider quotes back is not in
+// the message, nor in the cause beneath the Failure.
+func TestFailureRedacts(t *testing.T) {
+	t.Parallel()
+	const key = "sk-proj-abcdefghijklmnopqrstuvwxyz012345"
+	err := openairetry.Failure(apiError(401, "invalid_request_error", "invalid_api_key",
+		"Incorrect API key provided: "+key+". You can find your API key in your settings."))
+	f, ok := errors.AsType[*llmretry.Failure](err)
+	if !ok {
+		t.Fatalf("Failure() = %T %v, want a *llmretry.Failure", err, err)
+	}
+	for _, msg := range []string{f.Error(), f.Err.Error()} {
+		if strings.Contains(msg, key) || !strings.Contains(msg, "Incorrect API key provided: REDACTED") {
+			t.Errorf("message = %q, want the key redacted", msg)
+		}
 	}
 }
 

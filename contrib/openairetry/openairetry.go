@@ -348,7 +348,9 @@ func (e *providerError) Unwrap() error { return e.err }
 const maxMessage = 500
 
 // describe builds "openairetry: what (type t, code c, request r): message",
-// leaving out the parts that are empty.
+// leaving out the parts that are empty. Providers quote what they were
+// sent, keys included ("Incorrect API key provided: sk-…"), so the text is
+// redacted here, where it is made, and not only where the chain prints it.
 func describe(what, typ, code, requestID, msg string) string {
 	var b strings.Builder
 	b.WriteString("openairetry: ")
@@ -376,7 +378,7 @@ func describe(what, typ, code, requestID, msg string) string {
 		b.WriteString(": ")
 		b.WriteString(msg)
 	}
-	return b.String()
+	return llmretry.Redact(b.String())
 }
 
 // requestSuffix names the response's request id for a message of ours, or
