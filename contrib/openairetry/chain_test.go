@@ -3,6 +3,7 @@ package openairetry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -136,15 +137,18 @@ func run(t *testing.T, backends ...llmretry.Backend[string, llmretry.Completion]
 
 // row is one attempt joined with the request the server logged for it.
 type row struct {
-	Model     string
-	Try       int
-	Step      string // the step the server played; "" when no request reached it
-	OK        bool
-	Kind      llmretry.Kind
-	Status    int
-	RetryIn   time.Duration
-	Delivered bool
-	Raw       *string
+	Model      string
+	Try        int
+	Step       string // the step the server played; "" when no request reached it
+	OK         bool
+	Kind       llmretry.Kind
+	Status     int
+	RetryAfter time.Duration
+	Next       llmretry.Next
+	Why        llmretry.Why
+	RetryIn    time.Duration
+	Delivered  bool
+	Raw        *string
 }
 
 // joinLog checks the chain's records against the logs of the servers,
@@ -166,7 +170,8 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 	for i, a := range attempts {
 		r := row{
 			Model: a.Model, Try: a.Try, OK: a.Err == nil, Kind: a.Kind, Status: a.Status,
-			RetryIn: a.RetryIn, Delivered: a.Delivered, Raw: a.RawText,
+			RetryAfter: a.RetryAfter, Next: a.Next, Why: a.Why, RetryIn: a.RetryIn,
+			Delivered: a.Delivered, Raw: a.RawText,
 		}
 		if errors.Is(a.Err, syscall.ECONNREFUSED) {
 			rows = append(rows, r)
@@ -221,8 +226,8 @@ func TestRetriesThenAnswers(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, RetryIn: short},
-				{Model: "gpt-a", Try: 2, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, RetryIn: short},
+				{Model: "gpt-a", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, Next: llmretry.NextRetry, RetryIn: short},
+				{Model: "gpt-a", Try: 2, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, Next: llmretry.NextRetry, RetryIn: short},
 				answered(m, "gpt-a", 3),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
@@ -264,7 +269,8 @@ func TestRetryAfter(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "status 429", Kind: llmretry.KindTransient, Status: 429, RetryIn: 300 * time.Millisecond},
+				{Model: "gpt-a", Try: 1, Step: "status 429", Kind: llmretry.KindTransient, Status: 429,
+					RetryAfter: 300 * time.Millisecond, Next: llmretry.NextRetry, RetryIn: 300 * time.Millisecond},
 				answered(m, "gpt-a", 2),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
@@ -295,7 +301,8 @@ func TestRetryAfter(t *testing.T) {
 				t.Errorf("Do() took %v, want a fall-over without the 30s wait", took)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "status 429", Kind: llmretry.KindTransient, Status: 429},
+				{Model: "gpt-a", Try: 1, Step: "status 429", Kind: llmretry.KindTransient, Status: 429,
+					RetryAfter: 30 * time.Second, Next: llmretry.NextFallOver, Why: llmretry.WhyMaxWait},
 				answered(m, "gpt-b", 1),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
@@ -332,7 +339,7 @@ func TestTransientRetried(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			transient := func(try int, step string, status int) row {
-				return row{Model: "gpt-a", Try: try, Step: step, Kind: llmretry.KindTransient, Status: status, RetryIn: short}
+				return row{Model: "gpt-a", Try: try, Step: step, Kind: llmretry.KindTransient, Status: status, Next: llmretry.NextRetry, RetryIn: short}
 			}
 			want := []row{
 				transient(1, "status 500", 500),
@@ -369,8 +376,10 @@ func TestRejectedFallsOver(t *testing.T) {
 
 			_, attempts, err := run(t, a, b)
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429},
-				{Model: "gpt-b", Try: 1, Step: "status 400 context_length_exceeded", Kind: llmretry.KindRejected, Status: 400},
+				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429,
+					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+				{Model: "gpt-b", Try: 1, Step: "status 400 context_length_exceeded", Kind: llmretry.KindRejected, Status: 400,
+					Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable},
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 				t.Errorf("records (-want +got):\n%s", diff)
@@ -383,7 +392,10 @@ func TestRejectedFallsOver(t *testing.T) {
 				"code insufficient_quota, request req_gpt-a_1",
 				"code context_length_exceeded, request req_gpt-b_1",
 			} {
-				if msg := attempts[i].Err.Error(); !strings.Contains(msg, want) {
+				if i >= len(attempts) {
+					break // the records' diff above has said what is missing
+				}
+				if msg := fmt.Sprint(attempts[i].Err); !strings.Contains(msg, want) {
 					t.Errorf("attempt %d error = %q, want it to contain %q", i, msg, want)
 				}
 			}
@@ -399,8 +411,10 @@ func TestRejectedFallsOver(t *testing.T) {
 
 			_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429},
-				{Model: "gpt-b", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503},
+				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429,
+					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+				{Model: "gpt-b", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503,
+					Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 				t.Errorf("records (-want +got):\n%s", diff)
@@ -431,16 +445,19 @@ func TestTruncation(t *testing.T) {
 
 			_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "truncated", Kind: llmretry.KindTruncated, Raw: text("The sky is")},
+				{Model: "gpt-a", Try: 1, Step: "truncated", Kind: llmretry.KindTruncated, Raw: text("The sky is"),
+					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
 				answered(m, "gpt-b", 1),
 			}
-			if msg, want := attempts[0].Err.Error(), `finish reason "length") (request req_gpt-a_1)`; !strings.Contains(msg, want) {
-				t.Errorf("attempt 1 error = %q, want it to contain %q", msg, want)
+			if len(attempts) > 0 {
+				if msg, want := fmt.Sprint(attempts[0].Err), `finish reason "length") (request req_gpt-a_1)`; !strings.Contains(msg, want) {
+					t.Errorf("attempt 1 error = %q, want it to contain %q", msg, want)
+				}
 			}
 			if m == stream {
 				// The caller holds "The sky is" already.
 				want = want[:1]
-				want[0].Delivered = true
+				want[0].Delivered, want[0].Next, want[0].Why = true, llmretry.NextStop, llmretry.WhyDelivered
 				if _, ok := errors.AsType[*llmretry.Truncated](err); !ok {
 					t.Errorf("Do() error = %T %v, want an *llmretry.Truncated", err, err)
 				}
@@ -471,7 +488,7 @@ func TestEmptyAnswerRetried(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "answer", Kind: llmretry.KindParse, RetryIn: short, Raw: text("")},
+				{Model: "gpt-a", Try: 1, Step: "answer", Kind: llmretry.KindParse, Next: llmretry.NextRetry, RetryIn: short, Raw: text("")},
 				answered(m, "gpt-a", 2),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
@@ -499,29 +516,29 @@ func TestStreamBroken(t *testing.T) {
 	}{
 		{
 			name: "cut_after_text", mode: stream, step: llmretrytest.StreamDrop(1),
-			want:    row{Step: "stream drop 1", Kind: llmretry.KindTransient, Delivered: true, Raw: text("chunk1 ")},
+			want:    row{Step: "stream drop 1", Kind: llmretry.KindTransient, Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true, Raw: text("chunk1 ")},
 			emitted: []string{"chunk1 "},
 		},
 		{
 			name: "cut_after_text_nil_emit", mode: stream, step: llmretrytest.StreamDrop(2), nilEmit: true,
-			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Delivered: true, Raw: text("chunk1 chunk2 ")},
+			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true, Raw: text("chunk1 chunk2 ")},
 		},
 		{
 			name: "unfinished_after_text", mode: stream, step: llmretrytest.StreamUnfinished(2),
-			want:    row{Step: "stream unfinished 2", Kind: llmretry.KindTransient, Delivered: true, Raw: text("chunk1 chunk2 ")},
+			want:    row{Step: "stream unfinished 2", Kind: llmretry.KindTransient, Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true, Raw: text("chunk1 chunk2 ")},
 			emitted: []string{"chunk1 ", "chunk2 "},
 		},
 		{
 			name: "error_event_after_open", mode: stream, step: llmretrytest.StreamError("server_error"),
-			want: row{Step: "stream error server_error", Kind: llmretry.KindTransient, Status: 500, RetryIn: short},
+			want: row{Step: "stream error server_error", Kind: llmretry.KindTransient, Status: 500, Next: llmretry.NextRetry, RetryIn: short},
 		},
 		{
 			name: "cut_before_text", mode: stream, step: llmretrytest.StreamDrop(0),
-			want: row{Step: "stream drop 0", Kind: llmretry.KindTransient, RetryIn: short},
+			want: row{Step: "stream drop 0", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
 		},
 		{
 			name: "unfinished_before_text", mode: stream, step: llmretrytest.StreamUnfinished(0),
-			want: row{Step: "stream unfinished 0", Kind: llmretry.KindTransient, RetryIn: short},
+			want: row{Step: "stream unfinished 0", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
 		},
 		{
 			name: "json_unfinished", mode: plain, step: llmretrytest.StreamUnfinished(2),
@@ -529,7 +546,7 @@ func TestStreamBroken(t *testing.T) {
 		},
 		{
 			name: "json_cut", mode: plain, step: llmretrytest.StreamDrop(2),
-			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, RetryIn: short},
+			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
 		},
 	}
 	for _, tc := range tests {
@@ -590,11 +607,84 @@ func TestStall(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "stall headers", Kind: llmretry.KindTimeout, RetryIn: short},
+				{Model: "gpt-a", Try: 1, Step: "stall headers", Kind: llmretry.KindTimeout, Next: llmretry.NextRetry, RetryIn: short},
 				answered(m, "gpt-a", 2),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 				t.Errorf("records (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStallTimeout checks that StallTimeout ends an attempt that goes
+// quiet, measured from each piece of text the stream delivers: a stream
+// that keeps sending outlives it, one that stalls before any text is
+// retried, and one that stalls after text ends the chain. A plain request
+// delivers nothing, so StallTimeout bounds all of it.
+func TestStallTimeout(t *testing.T) {
+	t.Parallel()
+	const stall = 250 * time.Millisecond
+	tests := []struct {
+		name string
+		mode mode
+		step llmretrytest.Step
+		want row // gpt-a's first record
+	}{
+		{
+			name: "slow_but_steady", mode: stream,
+			// 8 chunks 50ms apart outlast the stall timeout twice over.
+			step: llmretrytest.Answer("one two three four five six seven eight").Every(50 * time.Millisecond),
+			want: answered(stream, "gpt-a", 1),
+		},
+		{
+			name: "before_text", mode: stream, step: llmretrytest.StreamStall(0),
+			want: row{Step: "stream stall 0", Kind: llmretry.KindTimeout, Next: llmretry.NextRetry, RetryIn: short},
+		},
+		{
+			name: "after_text", mode: stream, step: llmretrytest.StreamStall(1),
+			want: row{Step: "stream stall 1", Kind: llmretry.KindTimeout, Next: llmretry.NextStop, Why: llmretry.WhyDelivered,
+				Delivered: true, Raw: text("chunk1 ")},
+		},
+		{
+			name: "json", mode: plain, step: llmretrytest.StreamStall(0),
+			want: row{Step: "stream stall 0", Kind: llmretry.KindTimeout, Next: llmretry.NextRetry, RetryIn: short},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
+			srv.Script("gpt-b", llmretrytest.Answer("ok"))
+			client := newClient(srv)
+			a := backend(tc.mode, client, "gpt-a", &deltas{})
+			a.Retry = waits(1)
+			a.StallTimeout = stall
+
+			_, attempts, err := run(t, a, backend(tc.mode, client, "gpt-b", &deltas{}))
+			first := tc.want
+			first.Model, first.Try = "gpt-a", 1
+			want := []row{first}
+			switch {
+			case first.OK:
+			case first.Delivered:
+				if _, ok := errors.AsType[*llmretry.TimedOut](err); !ok {
+					t.Errorf("Do() error = %T %v, want an *llmretry.TimedOut", err, err)
+				}
+			default:
+				want = append(want, answered(tc.mode, "gpt-a", 2))
+			}
+			if !first.Delivered && err != nil {
+				t.Errorf("Do() error = %v, want nil", err)
+			}
+			if diff := cmp.Diff(want, joinLog(t, tc.mode, attempts, srv)); diff != "" {
+				t.Errorf("records (-want +got):\n%s", diff)
+			}
+			if !first.OK && len(attempts) > 0 {
+				if took := attempts[0].Elapsed; took < stall {
+					t.Errorf("stalled attempt took %v, want at least the %v stall timeout", took, stall)
+				}
 			}
 		})
 	}
@@ -626,9 +716,10 @@ func TestOneRequestPerAttempt(t *testing.T) {
 					t.Fatal("Do() error = nil, want the 503s")
 				}
 				want := []row{
-					{Model: "gpt-a", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, RetryIn: short},
-					{Model: "gpt-a", Try: 2, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, RetryIn: short},
-					{Model: "gpt-a", Try: 3, Step: "status 503", Kind: llmretry.KindTransient, Status: 503},
+					{Model: "gpt-a", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, Next: llmretry.NextRetry, RetryIn: short},
+					{Model: "gpt-a", Try: 2, Step: "status 503", Kind: llmretry.KindTransient, Status: 503, Next: llmretry.NextRetry, RetryIn: short},
+					{Model: "gpt-a", Try: 3, Step: "status 503", Kind: llmretry.KindTransient, Status: 503,
+						Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 				}
 				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 					t.Errorf("records (-want +got):\n%s", diff)
@@ -659,8 +750,8 @@ func TestConnectionRefused(t *testing.T) {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
 			want := []row{
-				{Model: "gpt-a", Try: 1, Step: "down", Kind: llmretry.KindTransient, RetryIn: short},
-				{Model: "gpt-a", Try: 2, Kind: llmretry.KindTransient},
+				{Model: "gpt-a", Try: 1, Step: "down", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
+				{Model: "gpt-a", Try: 2, Kind: llmretry.KindTransient, Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
 				answered(m, "gpt-b", 1),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, down, up)); diff != "" {
