@@ -542,7 +542,7 @@ func TestStreamBroken(t *testing.T) {
 		},
 		{
 			name: "json_unfinished", mode: plain, step: llmretrytest.StreamUnfinished(2),
-			want: row{Step: "stream unfinished 2", Kind: llmretry.KindTransient, RetryIn: short, Raw: text("chunk1 chunk2 ")},
+			want: row{Step: "stream unfinished 2", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short, Raw: text("chunk1 chunk2 ")},
 		},
 		{
 			name: "json_cut", mode: plain, step: llmretrytest.StreamDrop(2),
