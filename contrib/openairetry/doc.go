@@ -31,7 +31,8 @@
 // A failed Call returns what [Failure] makes of the SDK's error: an API
 // error becomes an [*llmretry.Failure] with the HTTP status, the
 // retry-after hint and the provider's error type, code, message and
-// request id in its message; a 429 whose code is insufficient_quota is
+// request id in its message, with any key the provider quotes back
+// redacted; a 429 whose code is insufficient_quota is
 // rejected rather than transient; transport errors are left for
 // [llmretry.Classify]. Answers that cannot be used fail too: a
 // finish_reason of "length" with [llmretry.Truncation] and the partial

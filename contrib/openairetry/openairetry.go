@@ -67,7 +67,10 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 // from the attempt's start.
 //
 // An error event inside the stream is transient, except an
-// invalid_request_error or insufficient_quota, which is rejected. A stream
+// invalid_request_error or insufficient_quota, which is rejected; its
+// record carries the status its type stands for (500 for server_error and
+// api_error, 529 for overloaded_error, 429 for rate_limit_error or code
+// rate_limit_exceeded, else 0). A stream
 // that ends without a finish reason is a transient failure, never a
 // success. Whatever text arrived before a failure is kept as the
 // attempt's raw text. Truncation, empty answers and Raw are as for [Chat],
@@ -193,7 +196,8 @@ func legacyFunctionCall(m *openai.ChatCompletionMessage) bool {
 // [llmretry.StatusFailure] from its status and response headers, so
 // retry-after, retry-after-ms and x-should-retry are honoured. Its message
 // gives what the SDK's own text leaves out: the provider's error type,
-// code and message, and the request id from the x-request-id header. A
+// code and message, and the request id from the x-request-id header,
+// passed through [llmretry.Redact] since providers quote keys back. A
 // 429 with code insufficient_quota is [llmretry.KindRejected]: no retry
 // can help until someone pays. An error event read from a stream is
 // mapped as [ChatStream] describes. errors.As still finds the
