@@ -1,0 +1,68 @@
+package openairetry_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/contrib/openairetry"
+	"github.com/llmretry/llmretry/llmretrytest"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+)
+
+// A chain over two OpenAI models: gpt-4o is retried after a 503, and
+// gpt-4o-mini would answer if gpt-4o gave up. A scripted server stands in
+// for OpenAI; against the real API, build the client with
+// openai.NewClient() alone.
+func Example() {
+	srv := llmretrytest.NewServer()
+	defer srv.Close()
+	srv.Script("gpt-4o", llmretrytest.Status(503), llmretrytest.Answer("Rayleigh scattering."))
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("sk-example"))
+
+	ask := func(q string) openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(q)}}
+	}
+	gpt := openairetry.Chat(client, "gpt-4o", ask)
+	gpt.Retry = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}}
+	chain := &llmretry.Chain[string, llmretry.Completion]{
+		Backends: []llmretry.Backend[string, llmretry.Completion]{gpt, openairetry.Chat(client, "gpt-4o-mini", ask)},
+	}
+	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
+
+	fmt.Println(answer.Text, answer.Model, err)
+	for _, r := range srv.Requests() {
+		fmt.Println(r.Model, r.Step)
+	}
+	// Output:
+	// Rayleigh scattering. gpt-4o <nil>
+	// gpt-4o status 503
+	// gpt-4o answer
+}
+
+// A streaming backend hands the text to emit as it arrives. A stream that
+// breaks after that is not sent again: the chain returns the error at
+// once, with the text in its record.
+func ExampleChatStream() {
+	srv := llmretrytest.NewServer()
+	defer srv.Close()
+	srv.Script("gpt-4o", llmretrytest.Answer("Rayleigh scattering."))
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("sk-example"))
+
+	ask := func(q string) openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(q)}}
+	}
+	emit := func(_ string, delta string) { fmt.Printf("%q\n", delta) }
+	gpt := openairetry.ChatStream(client, "gpt-4o", ask, emit)
+	gpt.Retry = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}}
+	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{gpt}}
+	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
+
+	fmt.Println(answer.Text, answer.StopReason, answer.OutputTokens, err)
+	// Output:
+	// "Rayleigh "
+	// "scattering."
+	// Rayleigh scattering. stop 2 <nil>
+}

@@ -1,0 +1,398 @@
+package openairetry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/llmretry/llmretry"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
+)
+
+// Chat returns a [llmretry.Backend] that sends each request to the Chat
+// Completions API through client, without streaming. build turns the
+// chain's request into the SDK's parameters; model, when not empty,
+// replaces the parameters' model and names the backend in the chain's
+// records. Set Retry and Timeout on the returned Backend; StallTimeout
+// would bound the whole request as Timeout does, since a plain request
+// delivers nothing before its answer.
+//
+// Every Call sends exactly one HTTP request, whatever retries the client
+// was built with, and reports failures as [Failure] does. A completion cut
+// off at its token budget (finish_reason "length") fails with
+// [llmretry.Truncation] and the partial text; one with neither text nor a
+// tool call fails with [llmretry.ParseFailure]; one without a finish
+// reason is a transient failure, as a cut stream is. The answer is the
+// first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
+// nil.
+func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
+	if build == nil {
+		panic("openairetry: Chat with a nil build")
+	}
+	return llmretry.Backend[Req, llmretry.Completion]{
+		Model: model,
+		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			params := prepare(build(req), model)
+			var resp *http.Response
+			cc, err := client.Chat.Completions.New(ctx, params,
+				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			if err != nil {
+				return llmretry.Completion{}, Failure(err)
+			}
+			return answer(cc, requestSuffix(resp))
+		},
+	}
+}
+
+// ChatStream returns a [llmretry.Backend] that streams each request from
+// the Chat Completions API through client, and hands every piece of the
+// answer's text to emit as it arrives, with the request it belongs to.
+// build and model are as for [Chat]; the stream also asks for the token
+// usage (stream_options.include_usage), so the Completion's token counts
+// are filled. Set Retry, Timeout and StallTimeout on the returned Backend.
+//
+// Just before it emits the first non-empty piece of text, and again with
+// every later one, Call marks the attempt with [llmretry.Delivered]: from
+// then on a failure is returned at once, neither resent nor passed to the
+// next backend, since the caller already holds part of the answer. A nil
+// emit drops the text but still marks delivery, so that a chain behaves
+// the same with or without it. Only text counts: a stream that sends
+// nothing but tool calls is never marked, and StallTimeout measures it
+// from the attempt's start.
+//
+// An error event inside the stream is transient, except an
+// invalid_request_error or insufficient_quota, which is rejected; its
+// record carries the status its type stands for (500 for server_error and
+// api_error, 529 for overloaded_error, 429 for rate_limit_error or code
+// rate_limit_exceeded, else 0). A stream
+// that ends without a finish reason is a transient failure, never a
+// success. Whatever text arrived before a failure is kept as the
+// attempt's raw text. Truncation, empty answers and Raw are as for [Chat],
+// Raw holding the completion the SDK's accumulator built. ChatStream
+// panics if build is nil.
+func ChatStream[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams, emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
+	if build == nil {
+		panic("openairetry: ChatStream with a nil build")
+	}
+	return llmretry.Backend[Req, llmretry.Completion]{
+		Model: model,
+		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			params := prepare(build(req), model)
+			params.StreamOptions.IncludeUsage = openai.Bool(true)
+			var resp *http.Response
+			stream := client.Chat.Completions.NewStreaming(ctx, params,
+				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			defer stream.Close()
+
+			var acc openai.ChatCompletionAccumulator
+			for stream.Next() {
+				chunk := stream.Current()
+				if !acc.AddChunk(chunk) {
+					return llmretry.Completion{}, withText(&llmretry.Failure{
+						Kind: llmretry.KindTransient,
+						Err:  errors.New("openairetry: stream sent a chunk the accumulator refused" + requestSuffix(resp)),
+					}, firstText(&acc.ChatCompletion))
+				}
+				for _, choice := range chunk.Choices {
+					if choice.Index != 0 || choice.Delta.Content == "" {
+						continue
+					}
+					// Mark before emitting: once the caller may hold the
+					// text, the attempt must never be sent again.
+					llmretry.Delivered(ctx)
+					if emit != nil {
+						emit(req, choice.Delta.Content)
+					}
+				}
+			}
+			text := firstText(&acc.ChatCompletion)
+			if err := stream.Err(); err != nil {
+				return llmretry.Completion{}, streamFailure(err, resp, text)
+			}
+			if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+				// A proxy or provider that drops the stream cleanly leaves no
+				// error, only a missing finish reason; taken as a success it
+				// would hand the caller half an answer.
+				return llmretry.Completion{}, withText(&llmretry.Failure{
+					Kind: llmretry.KindTransient,
+					Err:  errors.New("openairetry: stream ended without a finish reason" + requestSuffix(resp)),
+				}, text)
+			}
+			cc := acc.ChatCompletion
+			return answer(&cc, requestSuffix(resp))
+		},
+	}
+}
+
+// prepare applies the backend's model to the parameters build returned.
+func prepare(params openai.ChatCompletionNewParams, model string) openai.ChatCompletionNewParams {
+	if model != "" {
+		params.Model = model
+	}
+	return params
+}
+
+// firstText is the text of the first choice so far.
+func firstText(cc *openai.ChatCompletion) string {
+	if len(cc.Choices) == 0 {
+		return ""
+	}
+	return cc.Choices[0].Message.Content
+}
+
+// answer turns a finished completion into the chain's answer, or into the
+// failure its first choice stands for. suffix names the request in
+// messages, when known.
+func answer(cc *openai.ChatCompletion, suffix string) (llmretry.Completion, error) {
+	if len(cc.Choices) == 0 {
+		return llmretry.Completion{}, llmretry.ParseFailure("", errors.New("openairetry: completion has no choices"+suffix))
+	}
+	choice := &cc.Choices[0]
+	text := choice.Message.Content
+	if choice.FinishReason == "" {
+		// Nothing says the answer is whole: the API always names why a
+		// choice stopped, so one without a reason may be partial.
+		return llmretry.Completion{}, withText(&llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  errors.New("openairetry: answer has no finish reason" + suffix),
+		}, text)
+	}
+	if choice.FinishReason == "length" {
+		f := llmretry.Truncation(text)
+		f.Err = errors.New("openairetry: completion stopped at its token budget (finish reason \"length\")" + suffix)
+		return llmretry.Completion{}, f
+	}
+	// Sampling differs between tries, so an empty answer is worth another
+	// one; a refusal counts as empty, and its text is kept for the record.
+	if text == "" && len(choice.Message.ToolCalls) == 0 && !legacyFunctionCall(&choice.Message) {
+		return llmretry.Completion{}, llmretry.ParseFailure(choice.Message.Refusal,
+			errors.New("openairetry: answer has no text and no tool call (finish reason "+strconv.Quote(choice.FinishReason)+")"+suffix))
+	}
+	return llmretry.Completion{
+		Model:        cc.Model,
+		Text:         text,
+		StopReason:   choice.FinishReason,
+		InputTokens:  cc.Usage.PromptTokens,
+		OutputTokens: cc.Usage.CompletionTokens,
+		Raw:          cc,
+	}, nil
+}
+
+// legacyFunctionCall reports whether the message calls a function the old
+// way (the functions parameter), which is an answer as a tool call is.
+func legacyFunctionCall(m *openai.ChatCompletionMessage) bool {
+	//lint:ignore SA1019 callers still using functions get their calls here.
+	return m.FunctionCall.Name != ""
+}
+
+// Failure maps an error from openai-go to what the chain understands. The
+// SDK's API error (*openai.Error) becomes a *llmretry.Failure built by
+// [llmretry.StatusFailure] from its status and response headers, so
+// retry-after, retry-after-ms and x-should-retry are honoured. Its message
+// gives what the SDK's own text leaves out: the provider's error type,
+// code and message, and the request id from the x-request-id header,
+// passed through [llmretry.Redact] since providers quote keys back. A
+// 429 with code insufficient_quota is [llmretry.KindRejected]: no retry
+// can help until someone pays. An error event read from a stream is
+// mapped as [ChatStream] describes. errors.As still finds the
+// *openai.Error beneath.
+//
+// Any other error, a transport error or a *llmretry.Failure among them, is
+// returned unchanged, for [llmretry.Classify] to judge. Failure(nil) is
+// nil.
+func Failure(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*llmretry.Failure](err); ok {
+		return err
+	}
+	if apiErr, ok := errors.AsType[*openai.Error](err); ok && apiErr != nil {
+		return apiFailure(apiErr, err)
+	}
+	if se, ok := errors.AsType[*ssestream.StreamError](err); ok && se != nil {
+		return eventFailure(se, err, nil)
+	}
+	return err
+}
+
+// apiFailure describes an HTTP error response. err is the error as the
+// SDK returned it, apiErr found within it.
+func apiFailure(apiErr *openai.Error, err error) *llmretry.Failure {
+	var h http.Header
+	if apiErr.Response != nil {
+		h = apiErr.Response.Header
+	}
+	f := llmretry.StatusFailure(apiErr.StatusCode, h, &providerError{
+		msg: describe("api error", apiErr.Type, apiErr.Code, h.Get("X-Request-Id"), apiErr.Message),
+		err: err,
+	})
+	// A 429 usually passes, but an exhausted quota does not: retrying only
+	// adds requests to a bill that is not being paid.
+	if apiErr.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" {
+		f.Kind = llmretry.KindRejected
+	}
+	return f
+}
+
+// streamFailure maps the error that ended a stream, keeping the text that
+// arrived before it. resp is the stream's response, nil when none came.
+func streamFailure(err error, resp *http.Response, text string) error {
+	if se, ok := errors.AsType[*ssestream.StreamError](err); ok && se != nil {
+		var h http.Header
+		if resp != nil {
+			h = resp.Header
+		}
+		return withText(eventFailure(se, err, h), text)
+	}
+	mapped := Failure(err)
+	if text == "" {
+		return mapped
+	}
+	if f, ok := mapped.(*llmretry.Failure); ok {
+		return withText(f, text)
+	}
+	// A transport error after some text: the Failure carries the text and
+	// keeps the Kind the chain would have given the bare error.
+	return &llmretry.Failure{
+		Kind:    llmretry.Classify(err),
+		RawText: &text,
+		Err:     fmt.Errorf("openairetry: stream broke after %d bytes of text%s: %w", len(text), requestSuffix(resp), err),
+	}
+}
+
+// withText keeps text as the failure's raw text when there is any.
+func withText(f *llmretry.Failure, text string) *llmretry.Failure {
+	if text != "" {
+		f.RawText = &text
+	}
+	return f
+}
+
+// streamEvent is the body of an error event inside a stream.
+type streamEvent struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    any    `json:"code"` // a string from OpenAI; other servers send numbers or null
+	} `json:"error"`
+}
+
+// eventFailure describes an error event read from a 200 stream. h holds
+// the stream's response headers, for the request id, when known.
+func eventFailure(se *ssestream.StreamError, err error, h http.Header) *llmretry.Failure {
+	var ev streamEvent
+	if jerr := json.Unmarshal(se.Event.Data, &ev); jerr != nil {
+		// Not the shape we know: keep the SDK's message, which quotes it.
+		return &llmretry.Failure{Kind: llmretry.KindTransient, Err: &providerError{
+			msg: describe("stream error", "", "", h.Get("X-Request-Id"), se.Message), err: err,
+		}}
+	}
+	code := ""
+	switch c := ev.Error.Code.(type) {
+	case string:
+		code = c
+	case float64:
+		code = strconv.FormatFloat(c, 'f', -1, 64)
+	}
+	kind := llmretry.KindTransient
+	switch ev.Error.Type {
+	case "invalid_request_error", "insufficient_quota":
+		// The same request fails the same way: sending it again cannot help.
+		kind = llmretry.KindRejected
+	}
+	if code == "insufficient_quota" {
+		kind = llmretry.KindRejected
+	}
+	return &llmretry.Failure{
+		Kind:   kind,
+		Status: eventStatus(ev.Error.Type, code),
+		Err: &providerError{
+			msg: describe("stream error", ev.Error.Type, code, h.Get("X-Request-Id"), ev.Error.Message),
+			err: err,
+		},
+	}
+}
+
+// eventStatus is the HTTP status an in-stream error's type stands for, so
+// the record reads as the same failure sent as a response would; 0 when
+// the type names none.
+func eventStatus(typ, code string) int {
+	switch {
+	case typ == "overloaded_error":
+		return 529
+	case typ == "api_error", typ == "server_error":
+		return http.StatusInternalServerError
+	case typ == "rate_limit_error", code == "rate_limit_exceeded":
+		return http.StatusTooManyRequests
+	}
+	return 0
+}
+
+// providerError is the cause inside a Failure built from the provider's
+// report. Its message carries the provider's own words, which the SDK's
+// error text leaves out; Unwrap returns the SDK's error, so errors.As
+// finds *openai.Error beneath.
+type providerError struct {
+	msg string
+	err error
+}
+
+func (e *providerError) Error() string { return e.msg }
+func (e *providerError) Unwrap() error { return e.err }
+
+// maxMessage bounds the provider's message in ours: an attempt line in a
+// summary should stay one readable line.
+const maxMessage = 500
+
+// describe builds "openairetry: what (type t, code c, request r): message",
+// leaving out the parts that are empty. Providers quote what they were
+// sent, keys included ("Incorrect API key provided: sk-…"), so the text is
+// redacted here, where it is made, and not only where the chain prints it.
+func describe(what, typ, code, requestID, msg string) string {
+	var b strings.Builder
+	b.WriteString("openairetry: ")
+	b.WriteString(what)
+	var parts []string
+	if typ != "" {
+		parts = append(parts, "type "+typ)
+	}
+	if code != "" {
+		parts = append(parts, "code "+code)
+	}
+	if requestID != "" {
+		parts = append(parts, "request "+requestID)
+	}
+	if len(parts) > 0 {
+		b.WriteString(" (")
+		b.WriteString(strings.Join(parts, ", "))
+		b.WriteString(")")
+	}
+	// Providers write messages across lines; ours stay on one.
+	if msg = strings.Join(strings.Fields(msg), " "); msg != "" {
+		if len(msg) > maxMessage {
+			msg = strings.ToValidUTF8(msg[:maxMessage], "") + "…"
+		}
+		b.WriteString(": ")
+		b.WriteString(msg)
+	}
+	return llmretry.Redact(b.String())
+}
+
+// requestSuffix names the response's request id for a message of ours, or
+// is empty when there is none.
+func requestSuffix(resp *http.Response) string {
+	if resp == nil {
+		return ""
+	}
+	if id := resp.Header.Get("X-Request-Id"); id != "" {
+		return " (request " + id + ")"
+	}
+	return ""
+}
