@@ -1,0 +1,229 @@
+package llmretrytest
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// anthropic speaks Messages as anthropic-sdk-go reads it: an error body
+// {"type":"error","error":{...}} becomes the SDK's API error; a stream is
+// named SSE events from message_start to message_stop, and an "error"
+// event ends the stream with an API error.
+var anthropic = endpoint{
+	name:      "anthropic",
+	requestID: "Request-Id",
+	errorBody: anthropicErrorBody,
+	errorFor:  anthropicError,
+	json:      anthropicJSON,
+	stream:    anthropicStream,
+}
+
+type anthropicErrorJSON struct {
+	Type  string               `json:"type"` // "error"
+	Error anthropicErrorObject `json:"error"`
+}
+
+type anthropicErrorObject struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+func anthropicErrorBody(status int, errType, code, param, message string) []byte {
+	return mustJSON(anthropicErrorJSON{Type: "error", Error: anthropicErrorObject{Type: errType, Message: message}})
+}
+
+// anthropicError gives the error type and message Anthropic sends with
+// status; Anthropic has no code or param.
+func anthropicError(status int, st Step, model string) (errType, code, param, message string) {
+	switch st.kind {
+	case kindContextLength:
+		return "invalid_request_error", "", "", "prompt is too long: 210000 tokens > 200000 maximum"
+	case kindStreamError:
+		return st.errType, "", "", anthropicMessage(st.errType, model)
+	}
+	switch status {
+	case http.StatusUnauthorized:
+		errType = "authentication_error"
+	case http.StatusForbidden:
+		errType = "permission_error"
+	case http.StatusNotFound:
+		errType = "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		errType = "request_too_large"
+	case http.StatusTooManyRequests:
+		errType = "rate_limit_error"
+	case 529:
+		errType = "overloaded_error"
+	default:
+		errType = "invalid_request_error"
+		if status >= 500 {
+			errType = "api_error"
+		}
+	}
+	return errType, "", "", anthropicMessage(errType, model)
+}
+
+func anthropicMessage(errType, model string) string {
+	switch errType {
+	case "authentication_error":
+		return "invalid x-api-key"
+	case "permission_error":
+		return "Your API key does not have permission to use the specified resource."
+	case "not_found_error":
+		return "model: " + model
+	case "request_too_large":
+		return "Request exceeds the maximum allowed number of bytes."
+	case "rate_limit_error":
+		return "This request would exceed your organization's rate limit. Please try again later."
+	case "overloaded_error":
+		return "Overloaded"
+	case "api_error":
+		return "Internal server error"
+	case "invalid_request_error":
+		return "Invalid request."
+	}
+	return "Error: " + errType
+}
+
+type anthropicMessageJSON struct {
+	ID           string           `json:"id"`
+	Type         string           `json:"type"` // "message"
+	Role         string           `json:"role"`
+	Model        string           `json:"model"`
+	Content      []anthropicBlock `json:"content"`
+	StopReason   *string          `json:"stop_reason"`
+	StopSequence *string          `json:"stop_sequence"` // always null
+	Usage        anthropicUsage   `json:"usage"`
+}
+
+type anthropicBlock struct {
+	Type string `json:"type"` // "text"
+	Text string `json:"text"`
+}
+
+type anthropicUsage struct {
+	InputTokens  int `json:"input_tokens,omitempty"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+func anthropicID(x *exchange) string {
+	return "msg_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N)
+}
+
+// anthropicStop is the stop_reason a step ends with; nil (null) for a
+// stream that never finishes.
+func anthropicStop(st Step) *string {
+	switch st.kind {
+	case kindTruncated:
+		return nullable("max_tokens")
+	case kindStreamUnfinished:
+		return nil
+	}
+	return nullable("end_turn")
+}
+
+func anthropicJSON(x *exchange, st Step) []byte {
+	chunks := st.textChunks()
+	content := []anthropicBlock{} // Anthropic sends [] for an answer with no text
+	if len(chunks) > 0 {
+		content = append(content, anthropicBlock{Type: "text", Text: strings.Join(chunks, "")})
+	}
+	return mustJSON(anthropicMessageJSON{
+		ID:         anthropicID(x),
+		Type:       "message",
+		Role:       "assistant",
+		Model:      x.req.Model,
+		Content:    content,
+		StopReason: anthropicStop(st),
+		Usage:      anthropicUsage{InputTokens: inputTokens, OutputTokens: len(chunks)},
+	})
+}
+
+type anthropicStart struct {
+	Type    string               `json:"type"` // "message_start"
+	Message anthropicMessageJSON `json:"message"`
+}
+
+type anthropicBlockStart struct {
+	Type         string         `json:"type"` // "content_block_start"
+	Index        int            `json:"index"`
+	ContentBlock anthropicBlock `json:"content_block"`
+}
+
+type anthropicBlockDelta struct {
+	Type  string         `json:"type"` // "content_block_delta"
+	Index int            `json:"index"`
+	Delta anthropicDelta `json:"delta"`
+}
+
+type anthropicDelta struct {
+	Type string `json:"type"` // "text_delta"
+	Text string `json:"text"`
+}
+
+type anthropicMessageDelta struct {
+	Type  string `json:"type"` // "message_delta"
+	Delta struct {
+		StopReason   *string `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"` // always null
+	} `json:"delta"`
+	Usage anthropicUsage `json:"usage"`
+}
+
+func anthropicStream(x *exchange, st Step) bool {
+	x.startStream(&st)
+	if st.kind == kindMalformed {
+		return x.event("message_start", []byte(`{"type":"message_start","message":{"id":"`+anthropicID(x)+`","type":"mess`))
+	}
+	start := anthropicStart{Type: "message_start", Message: anthropicMessageJSON{
+		ID:      anthropicID(x),
+		Type:    "message",
+		Role:    "assistant",
+		Model:   x.req.Model,
+		Content: []anthropicBlock{},
+		Usage:   anthropicUsage{InputTokens: inputTokens, OutputTokens: 1},
+	}}
+	if !x.event("message_start", mustJSON(start)) {
+		return false
+	}
+	if st.kind == kindStreamError {
+		errType, _, _, msg := anthropicError(http.StatusOK, st, x.req.Model)
+		return x.event("error", anthropicErrorBody(http.StatusOK, errType, "", "", msg))
+	}
+	// Anthropic sends pings at any point; clients must skip them.
+	if !x.event("ping", []byte(`{"type": "ping"}`)) {
+		return false
+	}
+	texts := st.textChunks()
+	if len(texts) > 0 {
+		block := anthropicBlockStart{Type: "content_block_start", ContentBlock: anthropicBlock{Type: "text"}}
+		if !x.event("content_block_start", mustJSON(block)) {
+			return false
+		}
+	}
+	for i, text := range texts {
+		delta := anthropicBlockDelta{Type: "content_block_delta", Delta: anthropicDelta{Type: "text_delta", Text: text}}
+		if !x.pause(st, i) || !x.event("content_block_delta", mustJSON(delta)) {
+			return false
+		}
+	}
+	switch st.kind {
+	case kindStreamDrop:
+		return false
+	case kindStreamUnfinished:
+		return true
+	case kindStreamStall:
+		x.stall()
+		return false
+	}
+	if len(texts) > 0 && !x.event("content_block_stop", []byte(`{"type":"content_block_stop","index":0}`)) {
+		return false
+	}
+	end := anthropicMessageDelta{Type: "message_delta", Usage: anthropicUsage{OutputTokens: len(texts)}}
+	end.Delta.StopReason = anthropicStop(st)
+	if !x.event("message_delta", mustJSON(end)) {
+		return false
+	}
+	return x.event("message_stop", []byte(`{"type":"message_stop"}`))
+}

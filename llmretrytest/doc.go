@@ -1,0 +1,60 @@
+// Package llmretrytest provides a scripted LLM provider for tests, in the
+// spirit of net/http/httptest: a real HTTP server on 127.0.0.1 that speaks
+// enough of OpenAI Chat Completions and Anthropic Messages, JSON and
+// streaming, for the official Go SDKs (openai-go, anthropic-sdk-go) and
+// plain net/http clients to work against it unmodified. Import it in your
+// own tests to see how your code, and a [github.com/llmretry/llmretry]
+// Chain around it, behaves when a provider fails: rate limits with
+// retry-after, 5xx, overloads inside a 200 stream, truncated answers,
+// streams that drop, stall or end without finishing, and outages where
+// connections are refused.
+//
+//	srv := llmretrytest.NewServer()
+//	defer srv.Close()
+//	srv.Script("gpt-4o",
+//		llmretrytest.Status(429).WithHeader("retry-after-ms", "20"),
+//		llmretrytest.Answer("Paris is the capital of France."),
+//	)
+//	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("test"))
+//
+// # Scripts
+//
+// Each request plays the next [Step] of the script of the model its body
+// names ([Server.Script]); when the script runs out, its last step
+// repeats, so a one-step script plays forever. A model with no script gets
+// a 404 in the provider's shape. Every request the server reads is logged
+// ([Server.Requests]) with its model, API, whether it asked for a stream,
+// when it arrived, its number for that model and the step it played, so a
+// test can compare what its client recorded with what the provider saw.
+//
+// # Endpoints
+//
+// POST /v1/chat/completions speaks OpenAI (base URL [Server.OpenAIBaseURL])
+// and POST /v1/messages Anthropic ([Server.AnthropicBaseURL]). A request
+// with "stream": true gets a server-sent-event stream as the provider
+// sends it: for OpenAI a role-only first chunk, one chunk per word, a
+// chunk with finish_reason, a usage chunk when stream_options.include_usage
+// is set, then data: [DONE]; for Anthropic message_start, ping,
+// content_block_start, one content_block_delta per word,
+// content_block_stop, message_delta with stop_reason and usage, then
+// message_stop. Every response carries a request id, "req_<model>_<N>",
+// in x-request-id (OpenAI) or request-id (Anthropic). Answers report 10
+// input tokens and one output token per word.
+//
+// A body that is not JSON, or names no model, gets a 400 in the
+// provider's shape, one over 10 MiB a 413; both are logged with Model "".
+//
+// # Timing
+//
+// [Step.After] delays a response and [Step.Every] spaces a stream's
+// chunks. Delays and stalls ([StallHeaders], [StreamStall]) end when the
+// client goes away (cancels its request or closes the connection) or when
+// the server is closed; the connection is then cut without a response.
+//
+// # Concurrency
+//
+// A Server serves requests concurrently, and its methods are safe for
+// concurrent use while it does. Each model's steps are handed out in the
+// order the server reads the requests. [Server.Close] ends every stall and
+// returns only when every handler and connection goroutine is done.
+package llmretrytest

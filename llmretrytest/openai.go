@@ -1,0 +1,218 @@
+package llmretrytest
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// openAI speaks Chat Completions as openai-go reads it: an error body's
+// "error" object becomes the SDK's API error; a stream is "data:" lines
+// that end with "data: [DONE]", and any data with an "error" key ends the
+// stream with an error.
+var openAI = endpoint{
+	name:      "openai",
+	requestID: "X-Request-Id",
+	errorBody: openAIErrorBody,
+	errorFor:  openAIError,
+	json:      openAIJSON,
+	stream:    openAIStream,
+}
+
+type openAIErrorJSON struct {
+	Error openAIErrorObject `json:"error"`
+}
+
+type openAIErrorObject struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"` // null when the error names no parameter
+	Code    *string `json:"code"`  // null when the error has no code
+}
+
+func openAIErrorObj(errType, code, param, message string) openAIErrorObject {
+	return openAIErrorObject{Message: message, Type: errType, Param: nullable(param), Code: nullable(code)}
+}
+
+func openAIErrorBody(status int, errType, code, param, message string) []byte {
+	return mustJSON(openAIErrorJSON{openAIErrorObj(errType, code, param, message)})
+}
+
+// openAIError gives the type, code, param and message OpenAI sends with
+// status, in the words of its documentation's examples.
+func openAIError(status int, st Step, model string) (errType, code, param, message string) {
+	switch st.kind {
+	case kindInsufficientQuota:
+		return "insufficient_quota", "insufficient_quota", "", "You exceeded your current quota, please check your plan and billing details."
+	case kindContextLength:
+		return "invalid_request_error", "context_length_exceeded", "messages",
+			"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages."
+	case kindStreamError:
+		return st.errType, "", "", "The server had an error while processing your request: " + st.errType + "."
+	}
+	switch {
+	case status == http.StatusUnauthorized:
+		return "invalid_request_error", "invalid_api_key", "", "Incorrect API key provided."
+	case status == http.StatusNotFound:
+		return "invalid_request_error", "model_not_found", "", "The model `" + model + "` does not exist or you do not have access to it."
+	case status == http.StatusTooManyRequests:
+		return "requests", "rate_limit_exceeded", "", "Rate limit reached for requests."
+	case status == http.StatusServiceUnavailable:
+		return "server_error", "", "", "The server is overloaded or not ready yet."
+	case status >= 500:
+		return "server_error", "", "", "The server had an error while processing your request. Sorry about that!"
+	}
+	return "invalid_request_error", "", "", "Invalid request (" + strconv.Itoa(status) + ")."
+}
+
+type openAIUsage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func newOpenAIUsage(chunks int) *openAIUsage {
+	return &openAIUsage{PromptTokens: inputTokens, CompletionTokens: chunks, TotalTokens: inputTokens + chunks}
+}
+
+type openAICompletion struct {
+	ID      string         `json:"id"`
+	Object  string         `json:"object"`
+	Created int64          `json:"created"`
+	Model   string         `json:"model"`
+	Choices []openAIChoice `json:"choices"`
+	Usage   *openAIUsage   `json:"usage,omitempty"`
+}
+
+type openAIChoice struct {
+	Index        int           `json:"index"`
+	Message      openAIMessage `json:"message"`
+	Logprobs     *struct{}     `json:"logprobs"` // always null
+	FinishReason *string       `json:"finish_reason"`
+}
+
+type openAIMessage struct {
+	Role    string  `json:"role"`
+	Content string  `json:"content"`
+	Refusal *string `json:"refusal"` // always null
+}
+
+type openAIChunk struct {
+	ID      string              `json:"id"`
+	Object  string              `json:"object"`
+	Created int64               `json:"created"`
+	Model   string              `json:"model"`
+	Choices []openAIChunkChoice `json:"choices"`
+	Usage   *openAIUsage        `json:"usage,omitempty"`
+}
+
+type openAIChunkChoice struct {
+	Index        int         `json:"index"`
+	Delta        openAIDelta `json:"delta"`
+	Logprobs     *struct{}   `json:"logprobs"` // always null
+	FinishReason *string     `json:"finish_reason"`
+}
+
+type openAIDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+func openAIID(x *exchange) string {
+	return "chatcmpl-" + idSafe(x.req.Model) + "-" + strconv.Itoa(x.req.N)
+}
+
+// openAIFinish is the finish_reason a step ends with; nil (null) for a
+// stream that never finishes.
+func openAIFinish(st Step) *string {
+	switch st.kind {
+	case kindTruncated:
+		return nullable("length")
+	case kindStreamUnfinished:
+		return nil
+	}
+	return nullable("stop")
+}
+
+func openAIJSON(x *exchange, st Step) []byte {
+	chunks := st.textChunks()
+	return mustJSON(openAICompletion{
+		ID:      openAIID(x),
+		Object:  "chat.completion",
+		Created: x.req.Time.Unix(),
+		Model:   x.req.Model,
+		Choices: []openAIChoice{{
+			Message:      openAIMessage{Role: "assistant", Content: strings.Join(chunks, "")},
+			FinishReason: openAIFinish(st),
+		}},
+		Usage: newOpenAIUsage(len(chunks)),
+	})
+}
+
+func openAIStream(x *exchange, st Step) bool {
+	chunk := func(delta openAIDelta, finish *string) []byte {
+		return mustJSON(openAIChunk{
+			ID:      openAIID(x),
+			Object:  "chat.completion.chunk",
+			Created: x.req.Time.Unix(),
+			Model:   x.req.Model,
+			Choices: []openAIChunkChoice{{Delta: delta, FinishReason: finish}},
+		})
+	}
+	x.startStream(&st)
+	if st.kind == kindMalformed {
+		return x.event("", []byte(`{"id":"`+openAIID(x)+`","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hel`))
+	}
+	// OpenAI opens every stream with a chunk that carries the role and no
+	// text; a client must not take it for the start of the answer.
+	empty := ""
+	if !x.event("", chunk(openAIDelta{Role: "assistant", Content: &empty}, nil)) {
+		return false
+	}
+	if st.kind == kindStreamError {
+		errType, code, param, msg := openAIError(http.StatusOK, st, x.req.Model)
+		return x.event("", mustJSON(openAIErrorJSON{openAIErrorObj(errType, code, param, msg)}))
+	}
+	texts := st.textChunks()
+	for i, text := range texts {
+		if !x.pause(st, i) || !x.event("", chunk(openAIDelta{Content: &text}, nil)) {
+			return false
+		}
+	}
+	switch st.kind {
+	case kindStreamDrop:
+		return false
+	case kindStreamUnfinished:
+		return true
+	case kindStreamStall:
+		x.stall()
+		return false
+	}
+	if !x.event("", chunk(openAIDelta{}, openAIFinish(st))) {
+		return false
+	}
+	if x.includeUsage {
+		// With stream_options.include_usage, OpenAI sends the counts in a
+		// last chunk that has no choices.
+		usage := mustJSON(openAIChunk{
+			ID:      openAIID(x),
+			Object:  "chat.completion.chunk",
+			Created: x.req.Time.Unix(),
+			Model:   x.req.Model,
+			Choices: []openAIChunkChoice{},
+			Usage:   newOpenAIUsage(len(texts)),
+		})
+		if !x.event("", usage) {
+			return false
+		}
+	}
+	return x.event("", []byte("[DONE]"))
+}
+
+// nullable is s as a JSON string, or null when s is empty.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

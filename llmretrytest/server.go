@@ -1,0 +1,534 @@
+package llmretrytest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// maxBody caps a request body. Real prompts stay far below it; a client
+// that sends more gets a 413 rather than making the server hold it all.
+const maxBody = 10 << 20
+
+// Server is a scripted LLM provider listening on 127.0.0.1: it answers
+// OpenAI Chat Completions at POST /v1/chat/completions and Anthropic
+// Messages at POST /v1/messages, each request with the next [Step] of its
+// model's script. Create one with [NewServer] and end it with
+// [Server.Close]. Its methods are safe for concurrent use, also while
+// requests are being served.
+type Server struct {
+	// URL is the server's base URL, "http://127.0.0.1:PORT", with no
+	// trailing slash.
+	URL string
+
+	ln     net.Listener
+	srv    *http.Server
+	served chan struct{}  // closed when Serve has returned
+	conns  sync.WaitGroup // one count per connection, until its goroutine is done with it
+	done   chan struct{}  // closed by Close: ends every stall and delay
+
+	closeOnce sync.Once
+	downOnce  sync.Once
+
+	mu      sync.Mutex
+	scripts map[string]*script
+	counts  map[string]int // requests per model, for Request.N
+	log     []Request
+	down    bool
+	// trace, when set by an in-package test, sees each request when it is
+	// logged ("arrive") and when its handler returns ("end").
+	trace func(event string, r Request)
+}
+
+// script is one model's steps and the position of the next one to play.
+type script struct {
+	steps []Step
+	next  int
+}
+
+// Request is the server's record of one request it received.
+type Request struct {
+	Model  string    // the request body's "model"; "" when the body could not be decoded
+	API    string    // "openai" or "anthropic"
+	Stream bool      // the request asked for a stream ("stream": true)
+	Time   time.Time // when the server had read the request and chose its step
+	N      int       // 1-based count of requests for this model, this one included
+	Step   string    // the step played, as [Step.String] names it, or "status 404" (no script), "status 400" / "status 413" (bad body), "down"
+}
+
+// NewServer starts a Server listening on a free port of 127.0.0.1. No
+// model has a script yet. It panics if it cannot listen, as
+// httptest.NewServer does: a test cannot go on without its server.
+func NewServer() *Server {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic("llmretrytest: failed to listen on a port: " + err.Error())
+	}
+	s := &Server{
+		URL:     "http://" + ln.Addr().String(),
+		ln:      ln,
+		served:  make(chan struct{}),
+		done:    make(chan struct{}),
+		scripts: make(map[string]*script),
+		counts:  make(map[string]int),
+	}
+	s.srv = &http.Server{
+		Handler: http.HandlerFunc(s.handle),
+		// The server's own complaints (a client that hung up mid-write)
+		// are expected in tests of failures; they would only be noise.
+		ErrorLog: log.New(io.Discard, "", 0),
+		// Counting connections lets Close wait until every connection's
+		// goroutine is done with its handler. StateNew runs on the Serve
+		// goroutine, so no Add can race with Close's Wait, which comes
+		// after Serve has returned.
+		ConnState: func(c net.Conn, state http.ConnState) {
+			switch state {
+			case http.StateNew:
+				s.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.conns.Done()
+			}
+		},
+	}
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(ln) // returns when the listener is closed, by GoDown or Close
+	}()
+	return s
+}
+
+// OpenAIBaseURL returns the base URL to give openai-go's
+// option.WithBaseURL: URL + "/v1/".
+func (s *Server) OpenAIBaseURL() string { return s.URL + "/v1/" }
+
+// AnthropicBaseURL returns the base URL to give anthropic-sdk-go's
+// option.WithBaseURL: URL + "/".
+func (s *Server) AnthropicBaseURL() string { return s.URL + "/" }
+
+// Script sets the steps that model's requests play, replacing any script
+// it had: the next request for model plays steps[0], the one after
+// steps[1], and so on; once the steps run out the last one repeats, so a
+// one-step script plays forever. Request.N keeps counting across scripts.
+// Script with no steps removes the model's script, and its requests get a
+// 404 again. The server keeps its own copy of steps.
+func (s *Server) Script(model string, steps ...Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(steps) == 0 {
+		delete(s.scripts, model)
+		return
+	}
+	s.scripts[model] = &script{steps: slices.Clone(steps)}
+}
+
+// Requests returns a copy of the log of requests received so far, in the
+// order the server read them, which is also the order of their Time. A
+// request that ended before its body was read is not logged, nor is one
+// to a path other than the two endpoints.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.log)
+}
+
+// GoDown takes the server down as a provider outage does: it stops
+// listening, so later connections are refused (ECONNREFUSED), and closes
+// idle keep-alive connections. Responses already under way finish, and
+// their connections close after them; a request that still reaches the
+// server on an old connection is logged as "down" and its connection is
+// closed without a response. A server that is down stays down. GoDown may
+// be called more than once, and after Close.
+func (s *Server) GoDown() {
+	s.mu.Lock()
+	s.down = true
+	s.mu.Unlock()
+	s.downOnce.Do(func() {
+		_ = s.ln.Close()
+		// This also closes the idle connections, so that a client's pool
+		// cannot reach the server through a connection from before.
+		s.srv.SetKeepAlivesEnabled(false)
+	})
+}
+
+// Close ends every stall and delay, closes the listener and every
+// connection, and returns once every request's handler and every
+// connection's goroutine is done, so a test that closes its server leaks
+// no goroutine. Close may be called more than once; Requests still works
+// after it.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		_ = s.srv.Close() // closes the listener and all connections, so no read blocks a handler
+		<-s.served
+		s.conns.Wait()
+	})
+}
+
+// endpoint is one provider's API as the server speaks it.
+type endpoint struct {
+	name      string // Request.API
+	requestID string // the response header carrying the request id
+	// errorBody is the provider's JSON error body for an HTTP status, or
+	// for a step that has its own (quota, context length).
+	errorBody func(status int, errType, code, param, message string) []byte
+	// errorFor gives the provider's type, code, param and message for an
+	// error response of status played by step.
+	errorFor func(status int, st Step, model string) (errType, code, param, message string)
+	// json writes a complete JSON answer for st.
+	json func(x *exchange, st Step) []byte
+	// stream writes st as an SSE stream; it returns false if the client
+	// went away or the server closed, so that the connection is cut.
+	stream func(x *exchange, st Step) bool
+}
+
+// exchange is one request being answered.
+type exchange struct {
+	s            *Server
+	w            http.ResponseWriter
+	ctx          context.Context
+	req          Request
+	id           string // request id, "req_<model>_<N>"
+	requestID    string // the header that carries id
+	includeUsage bool   // OpenAI stream_options.include_usage
+}
+
+// incoming is the part of a request body the server reads.
+type incoming struct {
+	Model         string `json:"model"`
+	Stream        bool   `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+}
+
+// handle serves one request. It never panics but with http.ErrAbortHandler,
+// which is how net/http lets a handler cut its connection without a
+// response; the server recovers it without logging.
+func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	var ep *endpoint
+	switch r.URL.Path {
+	case "/v1/chat/completions":
+		ep = &openAI
+	case "/v1/messages":
+		ep = &anthropic
+	default:
+		// Neither SDK would send this; answer in OpenAI's shape, which
+		// most clients of unknown paths expect.
+		writeError(w, &openAI, nil, http.StatusNotFound, "invalid_request_error", "", "", "unknown path "+r.URL.Path, "")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, ep, nil, http.StatusMethodNotAllowed, "invalid_request_error", "", "", "method "+r.Method+" not allowed; use POST", "")
+		return
+	}
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	status := 0
+	var in incoming
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		status = http.StatusRequestEntityTooLarge
+	case err != nil:
+		return // the client went away mid-body: there is no one to answer
+	case json.Unmarshal(body, &in) != nil:
+		status = http.StatusBadRequest
+		in = incoming{} // a half-decoded body names nothing reliable
+	case in.Model == "":
+		status = http.StatusBadRequest
+	}
+
+	x := &exchange{s: s, w: w, ctx: r.Context(), requestID: ep.requestID, includeUsage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}
+	defer func() { s.traceEvent("end", x.req) }()
+	st, ok := s.arrive(x, ep, in, status)
+	switch {
+	case status != 0:
+		msg := "could not decode the request body as JSON"
+		switch {
+		case status == http.StatusRequestEntityTooLarge:
+			msg = "request body larger than " + strconv.Itoa(maxBody) + " bytes"
+		case err == nil && in.Model == "" && json.Valid(body):
+			msg = "model: field required"
+		}
+		writeError(w, ep, nil, status, "", "", "", msg, x.id)
+	case !ok:
+		errType, code, param, msg := ep.errorFor(http.StatusNotFound, Step{}, in.Model)
+		writeError(w, ep, nil, http.StatusNotFound, errType, code, param, msg, x.id)
+	default:
+		s.play(x, ep, st)
+	}
+}
+
+// arrive logs the request and picks its step: ok is false when the model
+// has no script. A server that is down hangs up at once.
+func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int) (st Step, ok bool) {
+	s.mu.Lock()
+	s.counts[in.Model]++
+	n := s.counts[in.Model]
+	sc := s.scripts[in.Model]
+	down := s.down
+	switch {
+	case down:
+		st, ok = Down(), true
+	case status != 0:
+	case sc != nil:
+		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
+		sc.next++
+	}
+	name := st.String()
+	switch {
+	case status != 0:
+		name = statusName(status)
+	case !ok:
+		name = statusName(http.StatusNotFound)
+	}
+	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name}
+	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
+	s.log = append(s.log, x.req)
+	s.mu.Unlock()
+	s.traceEvent("arrive", x.req)
+	if down {
+		panic(http.ErrAbortHandler)
+	}
+	return st, ok
+}
+
+func (s *Server) traceEvent(event string, r Request) {
+	s.mu.Lock()
+	trace := s.trace
+	s.mu.Unlock()
+	if trace != nil {
+		trace(event, r)
+	}
+}
+
+// idSafe keeps a model name usable in an id and a header value: letters,
+// digits, '.', '-' and '_' stay, anything else becomes '_'.
+func idSafe(model string) string {
+	b := []byte(model)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// play answers with st.
+func (s *Server) play(x *exchange, ep *endpoint, st Step) {
+	if !x.wait(st.after) {
+		panic(http.ErrAbortHandler)
+	}
+	switch st.kind {
+	case kindHangup:
+		panic(http.ErrAbortHandler)
+	case kindDown:
+		s.GoDown()
+		panic(http.ErrAbortHandler)
+	case kindStallHeaders:
+		x.stall()
+		panic(http.ErrAbortHandler)
+	case kindStatus, kindInsufficientQuota, kindContextLength:
+		status := st.status
+		switch st.kind {
+		case kindInsufficientQuota:
+			status = http.StatusTooManyRequests
+		case kindContextLength:
+			status = http.StatusBadRequest
+		}
+		errType, code, param, msg := ep.errorFor(status, st, x.req.Model)
+		writeError(x.w, ep, &st, status, errType, code, param, msg, x.id)
+		return
+	}
+	if x.req.Stream {
+		if !ep.stream(x, st) {
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	s.playJSON(x, ep, st)
+}
+
+// playJSON answers a request that did not ask for a stream.
+func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
+	switch st.kind {
+	case kindStreamError:
+		status := statusForType(st.errType)
+		_, _, _, msg := ep.errorFor(status, st, x.req.Model)
+		writeError(x.w, ep, &st, status, st.errType, "", "", msg, x.id)
+		return
+	case kindMalformed:
+		body := ep.json(x, Answer("malformed"))
+		x.header(&st, "application/json")
+		x.w.WriteHeader(http.StatusOK)
+		_, _ = x.w.Write(body[:len(body)/2])
+		return
+	}
+	body := ep.json(x, st)
+	x.header(&st, "application/json")
+	x.w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	x.w.WriteHeader(http.StatusOK)
+	switch st.kind {
+	case kindStreamDrop:
+		// Content-Length promises the whole body; cutting the connection
+		// halfway makes the client's read fail with an unexpected EOF.
+		_, _ = x.w.Write(body[:len(body)/2])
+		x.flush()
+		panic(http.ErrAbortHandler)
+	case kindStreamStall:
+		x.flush()
+		x.stall()
+		panic(http.ErrAbortHandler)
+	}
+	_, _ = x.w.Write(body)
+}
+
+// statusForType is the HTTP status a provider's error type stands for, for
+// a StreamError played to a request that did not ask for a stream.
+func statusForType(errType string) int {
+	switch errType {
+	case "overloaded_error":
+		return 529
+	case "rate_limit_error", "insufficient_quota", "requests", "tokens":
+		return http.StatusTooManyRequests
+	case "invalid_request_error":
+		return http.StatusBadRequest
+	case "authentication_error":
+		return http.StatusUnauthorized
+	case "permission_error":
+		return http.StatusForbidden
+	case "not_found_error":
+		return http.StatusNotFound
+	case "request_too_large":
+		return http.StatusRequestEntityTooLarge
+	}
+	return http.StatusInternalServerError
+}
+
+// writeError writes an HTTP error response in ep's shape. st, when not
+// nil, adds its headers; id, when not empty, is the request id.
+func writeError(w http.ResponseWriter, ep *endpoint, st *Step, status int, errType, code, param, message, id string) {
+	if errType == "" {
+		errType, _, _, _ = ep.errorFor(status, Step{}, "")
+	}
+	body := ep.errorBody(status, errType, code, param, message)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if id != "" {
+		h.Set(ep.requestID, id)
+	}
+	setStepHeaders(h, st)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// header sets the response headers: content type, request id, then the
+// step's own, which replace the server's for the same key.
+func (x *exchange) header(st *Step, contentType string) {
+	h := x.w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set(x.requestID, x.id)
+	setStepHeaders(h, st)
+}
+
+func setStepHeaders(h http.Header, st *Step) {
+	if st == nil {
+		return
+	}
+	seen := make(map[string]bool, len(st.headers))
+	for _, kv := range st.headers {
+		key := http.CanonicalHeaderKey(kv[0])
+		if !seen[key] {
+			h.Del(key)
+			seen[key] = true
+		}
+		h.Add(key, kv[1])
+	}
+}
+
+// startStream sends a stream's status line and headers.
+func (x *exchange) startStream(st *Step) {
+	x.header(st, "text/event-stream; charset=utf-8")
+	x.w.Header().Set("Cache-Control", "no-cache")
+	x.w.WriteHeader(http.StatusOK)
+	x.flush()
+}
+
+// event writes one SSE event (name may be empty) and flushes it, so the
+// client sees it now rather than when a buffer fills. It reports false
+// when the write failed: the client is gone.
+func (x *exchange) event(name string, data []byte) bool {
+	buf := make([]byte, 0, len(name)+len(data)+16)
+	if name != "" {
+		buf = append(buf, "event: "...)
+		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
+	buf = append(buf, "data: "...)
+	buf = append(buf, data...)
+	buf = append(buf, "\n\n"...)
+	if _, err := x.w.Write(buf); err != nil {
+		return false
+	}
+	return x.flush()
+}
+
+func (x *exchange) flush() bool {
+	return http.NewResponseController(x.w).Flush() == nil
+}
+
+// wait waits d; a zero or negative d returns at once. It reports false
+// when the wait was ended by the client going away or the server closing.
+func (x *exchange) wait(d time.Duration) bool {
+	if d <= 0 {
+		return true
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-x.ctx.Done():
+	case <-x.s.done:
+	}
+	return false
+}
+
+// stall waits until the client goes away or the server closes.
+func (x *exchange) stall() {
+	select {
+	case <-x.ctx.Done():
+	case <-x.s.done:
+	}
+}
+
+// pause is the wait between two text chunks of a stream.
+func (x *exchange) pause(st Step, i int) bool {
+	if i == 0 || st.every <= 0 {
+		return true
+	}
+	return x.wait(st.every)
+}
+
+// mustJSON encodes v, whose types are this package's own and always
+// encode.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("llmretrytest: " + err.Error())
+	}
+	return b
+}
+
+// inputTokens is the usage every answer reports for its prompt: the server
+// does not tokenize, and tests want a number they can predict.
+const inputTokens = 10

@@ -1,0 +1,282 @@
+package llmretrytest
+
+import (
+	"slices"
+	"strconv"
+	"time"
+)
+
+// stepKind says what a Step plays. The zero kind is an answer, so the zero
+// Step is Answer("").
+type stepKind uint8
+
+const (
+	kindAnswer stepKind = iota
+	kindTruncated
+	kindStatus
+	kindInsufficientQuota
+	kindContextLength
+	kindStreamError
+	kindStreamDrop
+	kindStreamUnfinished
+	kindStreamStall
+	kindStallHeaders
+	kindMalformed
+	kindHangup
+	kindDown
+)
+
+// Step is one scripted response: what the server does with one request.
+// Build Steps with [Answer], [Status], [StreamDrop] and the other
+// constructors, and adjust them with [Step.WithHeader], [Step.After] and
+// [Step.Every]. A Step is a value: those methods return a changed copy and
+// never alter the receiver, so one Step may be used in many scripts and by
+// many goroutines. The zero Step is Answer("").
+type Step struct {
+	kind    stepKind
+	text    string      // Answer, Truncated
+	status  int         // Status
+	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
+	errType string      // StreamError
+	headers [][2]string // WithHeader, in the order given
+	after   time.Duration
+	every   time.Duration
+}
+
+// String names the step as the server's log records it in [Request].Step:
+//
+//	Answer(text)             "answer"
+//	Truncated(text)          "truncated"
+//	Status(503)              "status 503"
+//	InsufficientQuota()      "status 429 insufficient_quota"
+//	ContextLengthExceeded()  "status 400 context_length_exceeded"
+//	StreamError("api_error") "stream error api_error"
+//	StreamDrop(2)            "stream drop 2"
+//	StreamUnfinished(2)      "stream unfinished 2"
+//	StreamStall(2)           "stream stall 2"
+//	StallHeaders()           "stall headers"
+//	Malformed()              "malformed"
+//	Hangup()                 "hangup"
+//	Down()                   "down"
+//
+// Headers and delays are not part of the name, so a log compares equal
+// whatever the timing of a script.
+func (s Step) String() string {
+	switch s.kind {
+	case kindAnswer:
+		return "answer"
+	case kindTruncated:
+		return "truncated"
+	case kindStatus:
+		return statusName(s.status)
+	case kindInsufficientQuota:
+		return statusName(429) + " insufficient_quota"
+	case kindContextLength:
+		return statusName(400) + " context_length_exceeded"
+	case kindStreamError:
+		return "stream error " + s.errType
+	case kindStreamDrop:
+		return "stream drop " + strconv.Itoa(s.chunks)
+	case kindStreamUnfinished:
+		return "stream unfinished " + strconv.Itoa(s.chunks)
+	case kindStreamStall:
+		return "stream stall " + strconv.Itoa(s.chunks)
+	case kindStallHeaders:
+		return "stall headers"
+	case kindMalformed:
+		return "malformed"
+	case kindHangup:
+		return "hangup"
+	case kindDown:
+		return "down"
+	}
+	return "step(" + strconv.Itoa(int(s.kind)) + ")"
+}
+
+// statusName is how the log names an HTTP error response, scripted or not
+// (an unknown model's 404, a malformed request's 400).
+func statusName(code int) string { return "status " + strconv.Itoa(code) }
+
+// Answer is a complete answer with text, status 200. OpenAI's
+// finish_reason is "stop" and Anthropic's stop_reason "end_turn". A stream
+// sends the text split into chunks, one word each with the spaces after it
+// kept, so the chunks join back into text exactly. Usage counts one output
+// token per chunk. Answer("") is an answer with no text: an empty content
+// for OpenAI, no content block for Anthropic.
+func Answer(text string) Step { return Step{kind: kindAnswer, text: text} }
+
+// Truncated is an answer cut off at its token budget: as [Answer], but
+// with OpenAI's finish_reason "length" and Anthropic's stop_reason
+// "max_tokens".
+func Truncated(text string) Step { return Step{kind: kindTruncated, text: text} }
+
+// Status is an HTTP error response with code and the provider's error
+// body for it. OpenAI's body is {"error":{"message","type","param","code"}},
+// with type "invalid_request_error" for a 4xx ("requests" and code
+// "rate_limit_exceeded" for a 429, code "model_not_found" for a 404,
+// "invalid_api_key" for a 401) and "server_error" for a 5xx. Anthropic's is
+// {"type":"error","error":{"type","message"}}, with type
+// invalid_request_error (400 and any 4xx not named here),
+// authentication_error (401), permission_error (403), not_found_error
+// (404), request_too_large (413), rate_limit_error (429),
+// overloaded_error (529) and api_error (500, 503 and any other 5xx).
+// Add headers such as retry-after with [Step.WithHeader]. Status panics
+// unless 400 <= code <= 599.
+func Status(code int) Step {
+	if code < 400 || code > 599 {
+		panic("llmretrytest: Status(" + strconv.Itoa(code) + "): want an error status, 400 to 599")
+	}
+	return Step{kind: kindStatus, status: code}
+}
+
+// InsufficientQuota is OpenAI's 429 for an account out of credit: type and
+// code "insufficient_quota", which no wait cures. Anthropic has no such
+// answer and gets a plain 429 rate_limit_error.
+func InsufficientQuota() Step { return Step{kind: kindInsufficientQuota} }
+
+// ContextLengthExceeded is a 400 for a prompt longer than the model's
+// context window: OpenAI's code "context_length_exceeded" (param
+// "messages"), Anthropic's invalid_request_error "prompt is too long".
+func ContextLengthExceeded() Step { return Step{kind: kindContextLength} }
+
+// StreamError is a 200 stream that opens (OpenAI's role chunk, Anthropic's
+// message_start) and then reports an error of errType in the stream, as
+// providers do when they fail after the status line has gone:
+// OpenAI's data: {"error":{"message","type":errType,"param":null,"code":null}},
+// Anthropic's event: error with {"type":"error","error":{"type":errType,"message"}}.
+// The body then ends. A request that did not ask for a stream gets the
+// HTTP error that errType stands for instead: 529 for overloaded_error,
+// 429 for rate_limit_error, insufficient_quota and requests, 400 for
+// invalid_request_error, 401 for authentication_error, 403 for
+// permission_error, 404 for not_found_error, 413 for request_too_large,
+// and 500 for anything else.
+func StreamError(errType string) Step { return Step{kind: kindStreamError, errType: errType} }
+
+// StreamDrop is a 200 stream that sends chunks text chunks and then cuts
+// the connection, so the client's read fails with an unexpected EOF. Chunk
+// i (from 1) is "chunk<i> ", as in "chunk1 chunk2 ". A request that did
+// not ask for a stream gets a 200 whose JSON body is cut off halfway by the
+// same drop. StreamDrop panics if chunks is negative.
+func StreamDrop(chunks int) Step {
+	return Step{kind: kindStreamDrop, chunks: checkChunks("StreamDrop", chunks)}
+}
+
+// StreamUnfinished is a 200 stream that sends chunks text chunks (as
+// [StreamDrop] names them) and then ends the body cleanly without the
+// terminal events: no finish_reason, usage chunk or [DONE] for OpenAI; no
+// content_block_stop, message_delta or message_stop for Anthropic. A
+// request that did not ask for a stream gets a complete JSON answer with
+// that text and a null finish_reason / stop_reason. StreamUnfinished
+// panics if chunks is negative.
+func StreamUnfinished(chunks int) Step {
+	return Step{kind: kindStreamUnfinished, chunks: checkChunks("StreamUnfinished", chunks)}
+}
+
+// StreamStall is a 200 stream that sends chunks text chunks (as
+// [StreamDrop] names them) and then nothing, until the client goes away
+// or the server is closed; then the connection is cut. A request that did
+// not ask for a stream gets the status line and headers of a JSON answer
+// and then the same stall. StreamStall panics if chunks is negative.
+func StreamStall(chunks int) Step {
+	return Step{kind: kindStreamStall, chunks: checkChunks("StreamStall", chunks)}
+}
+
+func checkChunks(name string, chunks int) int {
+	if chunks < 0 {
+		panic("llmretrytest: " + name + "(" + strconv.Itoa(chunks) + "): negative chunk count")
+	}
+	return chunks
+}
+
+// StallHeaders sends nothing at all, not even a status line, until the
+// client goes away or the server is closed; then the connection is closed
+// without a response.
+func StallHeaders() Step { return Step{kind: kindStallHeaders} }
+
+// Malformed is a 200 whose body cannot be decoded: truncated JSON with
+// content type application/json, or for a stream one SSE event whose data
+// is truncated JSON, after which the body ends.
+func Malformed() Step { return Step{kind: kindMalformed} }
+
+// Hangup closes the connection before any response, so the client's
+// request fails with io.EOF.
+func Hangup() Step { return Step{kind: kindHangup} }
+
+// Down closes the connection without a response and takes the whole
+// server down, as [Server.GoDown] does: later connections are refused
+// (ECONNREFUSED), for every model.
+func Down() Step { return Step{kind: kindDown} }
+
+// WithHeader returns a copy of s that sends the response header key with
+// value. Headers named in several calls are sent with every value, in
+// order, and replace the server's own value for that key (content-type,
+// x-request-id, request-id). Use it for retry-after, retry-after-ms and
+// x-should-retry. It has no effect on steps that send no response
+// ([Hangup], [Down], [StallHeaders]).
+func (s Step) WithHeader(key, value string) Step {
+	s.headers = append(slices.Clip(s.headers), [2]string{key, value})
+	return s
+}
+
+// After returns a copy of s that waits d before responding. The wait ends
+// early, and the connection is then cut, when the client goes away or the
+// server is closed. A zero or negative d means no wait.
+func (s Step) After(d time.Duration) Step {
+	s.after = d
+	return s
+}
+
+// Every returns a copy of s that, in a stream, waits d between one text
+// chunk and the next. A wait ends early, and the connection is then cut,
+// when the client goes away or the server is closed. It has no effect on a
+// request that did not ask for a stream. A zero or negative d means no
+// wait.
+func (s Step) Every(d time.Duration) Step {
+	s.every = d
+	return s
+}
+
+// textChunks is the text a step streams, one chunk per element.
+func (s Step) textChunks() []string {
+	switch s.kind {
+	case kindAnswer, kindTruncated:
+		return splitWords(s.text)
+	case kindStreamDrop, kindStreamUnfinished, kindStreamStall:
+		chunks := make([]string, s.chunks)
+		for i := range chunks {
+			chunks[i] = "chunk" + strconv.Itoa(i+1) + " "
+		}
+		return chunks
+	}
+	return nil
+}
+
+// splitWords splits text into words, each with the whitespace that follows
+// it; whitespace before the first word stays with it. The pieces join back
+// into text exactly, and "" gives none.
+func splitWords(text string) []string {
+	var chunks []string
+	start := 0
+	inSpace := false
+	for i, r := range text {
+		space := r == ' ' || r == '\t' || r == '\n' || r == '\r'
+		if !space && inSpace && i > start && !onlySpace(text[start:i]) {
+			chunks = append(chunks, text[start:i])
+			start = i
+		}
+		inSpace = space
+	}
+	if start < len(text) {
+		chunks = append(chunks, text[start:])
+	}
+	return chunks
+}
+
+func onlySpace(s string) bool {
+	for _, r := range s {
+		if r != ' ' && r != '\t' && r != '\n' && r != '\r' {
+			return false
+		}
+	}
+	return true
+}
