@@ -123,13 +123,11 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 			if err := stream.Err(); err != nil {
 				return llmretry.Completion{}, partial(err, text.String())
 			}
-			// A stream that simply stops is not an answer: a proxy that
-			// dropped the end, or a server that crashed between events.
-			switch {
-			case !stopped:
+			if !stopped {
+				// A stream that simply stops is not an answer: a proxy
+				// that dropped its end, or a server that crashed between
+				// events.
 				return llmretry.Completion{}, unfinished("anthropicretry: stream ended without message_stop", text.String())
-			case msg.StopReason == "":
-				return llmretry.Completion{}, unfinished("anthropicretry: stream ended without a stop_reason", text.String())
 			}
 			return complete(&msg, text.String())
 		},
@@ -215,6 +213,10 @@ func usesTool(msg *anthropic.Message) bool {
 // failure it stands for. text is the message's text.
 func complete(msg *anthropic.Message, text string) (llmretry.Completion, error) {
 	switch msg.StopReason {
+	case "":
+		// Every finished message has a stop_reason; only a message still
+		// being generated lacks one, so this one was cut short.
+		return llmretry.Completion{}, unfinished("anthropicretry: answer has no stop_reason", text)
 	case anthropic.StopReasonMaxTokens, anthropic.StopReasonModelContextWindowExceeded:
 		// Cut off by a budget: the same request stops at the same place.
 		f := llmretry.Truncation(text)
