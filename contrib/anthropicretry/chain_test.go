@@ -82,14 +82,14 @@ func (m mode) backend(client anthropic.Client, model string, policy llmretry.Pol
 
 // run sends one prompt through a chain of backends and returns the answer,
 // the error and every attempt's record, the successful one included.
-func run(ctx context.Context, backends ...llmretry.Backend[string, llmretry.Completion]) (llmretry.Completion, error, []llmretry.Attempt) {
+func run(ctx context.Context, backends ...llmretry.Backend[string, llmretry.Completion]) (llmretry.Completion, []llmretry.Attempt, error) {
 	var records []llmretry.Attempt
 	chain := &llmretry.Chain[string, llmretry.Completion]{
 		Backends:  backends,
 		OnAttempt: func(_ context.Context, a llmretry.Attempt) { records = append(records, a) },
 	}
 	answer, err := chain.Do(ctx, "Say hello.")
-	return answer, err, records
+	return answer, records, err
 }
 
 // sent is what a record and a log entry both say about one request.
@@ -209,7 +209,7 @@ func TestRetriesThenAnswers(t *testing.T) {
 			srv := newServer(t)
 			srv.Script("claude-a", llmretrytest.Status(503), llmretrytest.Status(503), llmretrytest.Answer("Hello there, friend."))
 			var emitted []string
-			answer, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, &emitted))
+			answer, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, &emitted))
 			if err != nil {
 				t.Fatalf("Do() = %v, want an answer", err)
 			}
@@ -263,7 +263,7 @@ func TestOneRequestPerAttempt(t *testing.T) {
 			// The client keeps the SDK's default of two retries per
 			// request; unless the Backend turns them off, three attempts
 			// cost nine requests.
-			_, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
+			_, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
 			if err == nil {
 				t.Fatal("Do() = nil error, want the 503s")
 			}
@@ -283,7 +283,7 @@ func TestRetryAfterMsHonoured(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t)
 			srv.Script("claude-a", llmretrytest.Status(429).WithHeader("retry-after-ms", "300"), llmretrytest.Answer("ok"))
-			_, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
+			_, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
 			if err != nil {
 				t.Fatalf("Do() = %v, want an answer", err)
 			}
@@ -313,7 +313,7 @@ func TestRetryAfterBeyondMaxWaitFallsOver(t *testing.T) {
 			srv.Script("claude-b", llmretrytest.Answer("from b"))
 			client := newClient(srv)
 			policy := llmretry.Policy{Waits: []time.Duration{time.Millisecond}, MaxWait: time.Second}
-			answer, err, records := run(t.Context(),
+			answer, records, err := run(t.Context(),
 				m.backend(client, "claude-a", policy, nil),
 				m.backend(client, "claude-b", tiny, nil))
 			if err != nil {
@@ -340,7 +340,7 @@ func TestOverloadedRetried(t *testing.T) {
 				t.Parallel()
 				srv := newServer(t)
 				srv.Script("claude-a", step, llmretrytest.Answer("ok"))
-				_, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
+				_, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
 				if err != nil {
 					t.Fatalf("Do() = %v, want an answer after one retry", err)
 				}
@@ -360,7 +360,7 @@ func TestContextLengthFallsOverAtOnce(t *testing.T) {
 			srv.Script("claude-a", llmretrytest.ContextLengthExceeded())
 			srv.Script("claude-b", llmretrytest.ContextLengthExceeded())
 			client := newClient(srv)
-			_, err, records := run(t.Context(),
+			_, records, err := run(t.Context(),
 				m.backend(client, "claude-a", tiny, nil),
 				m.backend(client, "claude-b", tiny, nil))
 			if _, ok := errors.AsType[*llmretry.Exhausted](err); !ok {
@@ -389,7 +389,7 @@ func TestTruncationKeepsPartialText(t *testing.T) {
 			srv.Script("claude-a", llmretrytest.Truncated("The answer is"))
 			srv.Script("claude-b", llmretrytest.Answer("from b"))
 			client := newClient(srv)
-			answer, err, records := run(t.Context(),
+			answer, records, err := run(t.Context(),
 				m.backend(client, "claude-a", tiny, nil),
 				m.backend(client, "claude-b", tiny, nil))
 			if m.stream {
@@ -424,7 +424,7 @@ func TestStreamCutAfterTextIsNotResent(t *testing.T) {
 	client := newClient(srv)
 	var emitted []string
 	stream := mode{"stream", true}
-	_, err, records := run(t.Context(),
+	_, records, err := run(t.Context(),
 		stream.backend(client, "claude-a", tiny, &emitted),
 		stream.backend(client, "claude-b", tiny, nil))
 	if err == nil {
@@ -448,7 +448,7 @@ func TestStreamCutBeforeTextIsRetried(t *testing.T) {
 	srv := newServer(t)
 	srv.Script("claude-a", llmretrytest.StreamDrop(0), llmretrytest.Answer("ok"))
 	stream := mode{"stream", true}
-	answer, err, records := run(t.Context(), stream.backend(newClient(srv), "claude-a", tiny, nil))
+	answer, records, err := run(t.Context(), stream.backend(newClient(srv), "claude-a", tiny, nil))
 	if err != nil || answer.Text != "ok" {
 		t.Fatalf("Do() = %q, %v; want the retry's answer", answer.Text, err)
 	}
@@ -479,7 +479,7 @@ func TestUnfinishedIsNotSuccess(t *testing.T) {
 			srv := newServer(t)
 			srv.Script("claude-a", tc.step, llmretrytest.Answer("ok"))
 			m := mode{tc.name, tc.stream}
-			_, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
+			_, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
 			checkKinds(t, records, tc.want...)
 			if last := records[len(records)-1]; tc.raw != "" && (err == nil || last.RawText == nil || *last.RawText != tc.raw) {
 				t.Errorf("Do() = %v with RawText %v; want an error keeping %q", err, last.RawText, tc.raw)
@@ -500,7 +500,7 @@ func TestConnectionRefusedIsTransient(t *testing.T) {
 			down.Script("claude-a", llmretrytest.Down())
 			up := newServer(t)
 			up.Script("claude-b", llmretrytest.Answer("from b"))
-			answer, err, records := run(t.Context(),
+			answer, records, err := run(t.Context(),
 				m.backend(newClient(down), "claude-a", tiny, nil),
 				m.backend(newClient(up), "claude-b", tiny, nil))
 			if err != nil || answer.Text != "from b" {
@@ -523,7 +523,7 @@ func TestNilEmitStillDelivers(t *testing.T) {
 	srv.Script("claude-a", llmretrytest.StreamDrop(1), llmretrytest.Answer("ok"))
 	b := anthropicretry.MessagesStream(newClient(srv), "claude-a", build, nil)
 	b.Retry = tiny
-	_, err, records := run(t.Context(), b)
+	_, records, err := run(t.Context(), b)
 	if err == nil {
 		t.Fatal("Do() = nil error, want the cut stream's: its text counts as delivered")
 	}
@@ -549,7 +549,7 @@ func TestLongNonStreamingRequest(t *testing.T) {
 		srv.Script("claude-a", llmretrytest.Answer("ok"))
 		b := anthropicretry.Messages(newClient(srv), "claude-a", long)
 		b.Retry = tiny
-		_, err, records := run(t.Context(), b)
+		_, records, err := run(t.Context(), b)
 		if !errors.Is(err, llmretry.ErrConfig) {
 			t.Fatalf("Do() = %v, want an error wrapping ErrConfig", err)
 		}
@@ -568,7 +568,7 @@ func TestLongNonStreamingRequest(t *testing.T) {
 		srv.Script("claude-a", llmretrytest.Answer("ok"))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
-		answer, err, records := run(ctx, anthropicretry.Messages(newClient(srv), "claude-a", long))
+		answer, records, err := run(ctx, anthropicretry.Messages(newClient(srv), "claude-a", long))
 		if err != nil || answer.Text != "ok" {
 			t.Fatalf("Do() = %q, %v; want the answer", answer.Text, err)
 		}
@@ -580,7 +580,7 @@ func TestLongNonStreamingRequest(t *testing.T) {
 		srv.Script("claude-a", llmretrytest.Answer("ok"))
 		b := anthropicretry.Messages(newClient(srv), "claude-a", long)
 		b.Timeout = time.Minute
-		answer, err, records := run(t.Context(), b)
+		answer, records, err := run(t.Context(), b)
 		if err != nil || answer.Text != "ok" {
 			t.Fatalf("Do() = %q, %v; want the answer", answer.Text, err)
 		}
@@ -595,7 +595,7 @@ func TestNoTextIsParseFailure(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t)
 			srv.Script("claude-a", llmretrytest.Answer(""), llmretrytest.Answer("ok"))
-			answer, err, records := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
+			answer, records, err := run(t.Context(), m.backend(newClient(srv), "claude-a", tiny, nil))
 			if err != nil || answer.Text != "ok" {
 				t.Fatalf("Do() = %q, %v; want the retry's answer", answer.Text, err)
 			}
@@ -614,7 +614,7 @@ func TestStatusesReachRecords(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t)
 			srv.Script("claude-a", llmretrytest.Status(code))
-			_, err, records := run(t.Context(), mode{}.backend(newClient(srv), "claude-a", tiny, nil))
+			_, records, err := run(t.Context(), mode{}.backend(newClient(srv), "claude-a", tiny, nil))
 			want := "claude-a rejected"
 			n := 1
 			if code >= 500 {
@@ -650,7 +650,7 @@ func TestStreamWithoutMessageStop(t *testing.T) {
 	}))
 	defer srv.Close()
 	client := anthropic.NewClient(option.WithBaseURL(srv.URL+"/"), option.WithAPIKey(fakeKey))
-	_, err, records := run(t.Context(), anthropicretry.MessagesStream(client, "claude-a", build, nil))
+	_, records, err := run(t.Context(), anthropicretry.MessagesStream(client, "claude-a", build, nil))
 	if err == nil {
 		t.Fatal("Do() = nil error, want a stream without message_stop to fail")
 	}
