@@ -48,7 +48,7 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 			}
 			msg, err := client.Messages.New(ctx, params, option.WithMaxRetries(0), option.WithRequestTimeout(timeout))
 			if err != nil {
-				return llmretry.Completion{}, Failure(err)
+				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
 			return complete(msg, textOf(msg))
 		},
@@ -121,7 +121,7 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 				}
 			}
 			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, partial(err, text.String())
+				return llmretry.Completion{}, partial(causeOf(ctx, err), text.String())
 			}
 			if !stopped {
 				// A stream that simply stops is not an answer: a proxy
@@ -132,6 +132,19 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 			return complete(&msg, text.String())
 		},
 	}
+}
+
+// causeOf returns why ctx ended when err is the SDK's bare report of
+// it. The SDK returns ctx.Err() as it is, and "context canceled" would
+// hide that the chain's StallTimeout or Timeout ended the attempt, or
+// what the caller gave as the cause.
+func causeOf(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+	}
+	return err
 }
 
 // errBadStream marks a stream whose events did not fit together.

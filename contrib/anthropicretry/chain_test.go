@@ -659,3 +659,28 @@ func TestStreamWithoutMessageStop(t *testing.T) {
 		t.Errorf("RawText = %v, want %q", raw, "Hello")
 	}
 }
+
+// An attempt ended by Backend.Timeout says so in its record, not as the
+// SDK's bare "context deadline exceeded".
+func TestTimeoutNamesItsCause(t *testing.T) {
+	t.Parallel()
+	steps := map[string]llmretrytest.Step{"json": llmretrytest.StallHeaders(), "stream": llmretrytest.StreamStall(0)}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			srv.Script("claude-a", steps[m.name], llmretrytest.Answer("ok"))
+			b := m.backend(newClient(srv), "claude-a", tiny, nil)
+			b.Timeout = 300 * time.Millisecond
+			answer, records, err := run(t.Context(), b)
+			if err != nil || answer.Text != "ok" {
+				t.Fatalf("Do() = %q, %v; want the retry's answer", answer.Text, err)
+			}
+			checkKinds(t, records, "claude-a timeout", "claude-a ok")
+			if msg := records[0].Err.Error(); !strings.Contains(msg, "attempt timeout") {
+				t.Errorf("timed-out record's error = %q, want it to name the attempt timeout", msg)
+			}
+			matchLog(t, records, err, srv)
+		})
+	}
+}
