@@ -3,6 +3,7 @@ package anthropicretry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,11 +19,14 @@ import (
 // is the *anthropic.Message.
 //
 // build turns the chain's request into the API's parameters; model, when
-// not empty, replaces the parameters' Model and names the Backend. Each
+// not empty, replaces the parameters' Model and names the Backend (an
+// empty model keeps the parameters' and is recorded as "unknown"). Each
 // call sends exactly one HTTP request: the SDK's own retries are turned
-// off, whatever client was built with. Errors are mapped by [Failure]; a
-// reply that stopped at max_tokens is a [llmretry.Truncation], and one with
-// neither text nor tool use a [llmretry.ParseFailure].
+// off, whatever client was built with. Errors are mapped by [Failure]. A
+// reply that stopped at max_tokens (or at the model's context window) is a
+// [llmretry.Truncation], one with neither text nor tool use a
+// [llmretry.ParseFailure], and one without a stop_reason a transient
+// failure.
 //
 // The SDK refuses a non-streaming request that may run longer than ten
 // minutes (a large max_tokens) unless it is given a request timeout. The
@@ -31,9 +35,10 @@ import (
 // fails with a configuration error, rejected and wrapping
 // [llmretry.ErrConfig], that names [MessagesStream] as the way out.
 //
-// The caller sets Retry, Timeout (and StallTimeout, for streams) on the
-// returned Backend. Messages panics if build is nil. The Backend is safe
-// for concurrent use as long as build is.
+// The caller sets Retry and Timeout on the returned Backend. StallTimeout
+// bounds the whole request here, since nothing reaches the caller before
+// the answer is complete; prefer Timeout. Messages panics if build is nil.
+// The Backend is safe for concurrent use as long as build is.
 func Messages[Req any](client anthropic.Client, model string, build func(Req) anthropic.MessageNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("anthropicretry: Messages with a nil build func")
@@ -71,15 +76,17 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 //
 // A stream is a success only when it ends with message_stop after a
 // stop_reason. An error event inside the stream is mapped by [Failure]; a
-// stream that stops early, cut or ending cleanly without message_stop, is
-// a transient failure. Every failure keeps the text received so far as the
-// attempt's raw text. Like [Messages], it sends one HTTP request per call,
-// maps max_tokens to a truncation and an answer with neither text nor tool
-// use to a parse failure; model, when not empty, replaces the parameters'
-// Model.
+// stream that stops early, cut or ending cleanly without message_stop or
+// stop_reason, is a transient failure. Every failure keeps the text
+// received so far as the attempt's raw text. Like [Messages], it sends one
+// HTTP request per call, maps max_tokens to a truncation and an answer
+// with neither text nor tool use to a parse failure, and model, when not
+// empty, replaces the parameters' Model.
 //
-// MessagesStream panics if build is nil. The Backend is safe for
-// concurrent use as long as build and emit are.
+// The caller sets Retry, StallTimeout and, as an upper bound on a whole
+// answer, Timeout on the returned Backend. MessagesStream panics if build
+// is nil. The Backend is safe for concurrent use as long as build and emit
+// are.
 func MessagesStream[Req any](client anthropic.Client, model string, build func(Req) anthropic.MessageNewParams, emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("anthropicretry: MessagesStream with a nil build func")
@@ -102,7 +109,7 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 			for stream.Next() {
 				ev := stream.Current()
 				if err := msg.Accumulate(ev); err != nil {
-					return llmretry.Completion{}, partial(errors.Join(errBadStream, err), text.String())
+					return llmretry.Completion{}, partial(fmt.Errorf("anthropicretry: malformed stream: %w", err), text.String())
 				}
 				switch ev.Type {
 				case "content_block_delta":
@@ -146,9 +153,6 @@ func causeOf(ctx context.Context, err error) error {
 	}
 	return err
 }
-
-// errBadStream marks a stream whose events did not fit together.
-var errBadStream = errors.New("anthropicretry: malformed stream")
 
 // prepare builds the parameters for req, with model in place of theirs.
 func prepare[Req any](build func(Req) anthropic.MessageNewParams, req Req, model string) anthropic.MessageNewParams {

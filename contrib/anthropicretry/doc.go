@@ -23,21 +23,22 @@
 // and each one has its record.
 //
 // Do not set the SDK's per-request timeout (option.WithRequestTimeout) for
-// these Backends. Under it the SDK retries on its own (it counts a timed-out
-// request as a dropped connection) and sleeps out retry-after hints where
-// the chain can neither see nor cap them, and on a stream it cuts a healthy
-// answer that outlasts it. Calls made by this package override it: a
-// non-streaming request gets the time left before the
-// attempt's deadline, a stream none. Set Backend.Timeout to bound an
-// attempt, and Backend.StallTimeout to end a stream that stops sending.
+// these Backends. Under it the SDK retries on its own (it counts a
+// timed-out request as a dropped connection) and sleeps out retry-after
+// hints where the chain can neither see nor cap them, and on a stream it
+// cuts a healthy answer that outlasts it. Calls made by this package
+// override it: a non-streaming request gets the time left before the
+// attempt's deadline, a stream none. Bound an attempt with
+// Backend.Timeout, and end a stream that stops sending text with
+// Backend.StallTimeout.
 //
 // The SDK refuses a non-streaming request that may run longer than ten
 // minutes (a large max_tokens for the model) unless it has a request
 // timeout. With a deadline on the context, or a Backend.Timeout, the
 // Backend passes the time left and the request is sent; without one, the
-// attempt fails at once with a rejected configuration error that wraps
-// [llmretry.ErrConfig] and advises [llmretry.RetryItem] false. Use
-// [MessagesStream] for long answers.
+// attempt fails at once, without a request, with a rejected configuration
+// error that wraps [llmretry.ErrConfig], advises [llmretry.RetryItem]
+// false and names [MessagesStream], the better choice for long answers.
 //
 // # Errors
 //
