@@ -684,3 +684,40 @@ func TestTimeoutNamesItsCause(t *testing.T) {
 		})
 	}
 }
+
+func TestBrokenResponses(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		stream bool
+		step   llmretrytest.Step
+		want   []string // the records' kinds
+	}{
+		// Connections that break before any answer are worth another try.
+		{"json_hangup", false, llmretrytest.Hangup(), []string{"claude-a transient", "claude-a ok"}},
+		{"stream_hangup", true, llmretrytest.Hangup(), []string{"claude-a transient", "claude-a ok"}},
+		{"json_body_cut", false, llmretrytest.StreamDrop(2), []string{"claude-a transient", "claude-a ok"}},
+		// JSON that ends early reads as a cut body (an unexpected EOF).
+		{"json_malformed", false, llmretrytest.Malformed(), []string{"claude-a transient", "claude-a ok"}},
+		// An event that does not decode is nothing the chain knows: it
+		// falls over rather than hammering a provider that speaks another
+		// API.
+		{"stream_malformed", true, llmretrytest.Malformed(), []string{"claude-a unknown", "claude-b ok"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			srv.Script("claude-a", tc.step, llmretrytest.Answer("ok"))
+			srv.Script("claude-b", llmretrytest.Answer("ok"))
+			m := mode{tc.name, tc.stream}
+			client := newClient(srv)
+			_, records, err := run(t.Context(), m.backend(client, "claude-a", tiny, nil), m.backend(client, "claude-b", tiny, nil))
+			if err != nil {
+				t.Fatalf("Do() = %v, want an answer", err)
+			}
+			checkKinds(t, records, tc.want...)
+			matchLog(t, records, err, srv)
+		})
+	}
+}
