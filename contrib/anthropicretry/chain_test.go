@@ -721,3 +721,27 @@ func TestBrokenResponses(t *testing.T) {
 		})
 	}
 }
+
+// An answer that only calls a tool is an answer, not a parse failure.
+func TestToolUseIsAnAnswer(t *testing.T) {
+	t.Parallel()
+	const body = `{"id":"msg_1","type":"message","role":"assistant","model":"claude-a",` +
+		`"content":[{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{"city":"Oslo"}}],` +
+		`"stop_reason":"tool_use","stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":5}}`
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	client := anthropic.NewClient(option.WithBaseURL(srv.URL+"/"), option.WithAPIKey(fakeKey))
+	answer, _, err := run(t.Context(), anthropicretry.Messages(client, "claude-a", build))
+	if err != nil {
+		t.Fatalf("Do() = %v, want the tool call", err)
+	}
+	if answer.StopReason != "tool_use" || answer.Text != "" || answer.OutputTokens != 5 {
+		t.Errorf("Do() = %+v, want stop_reason tool_use, no text, 5 output tokens", answer)
+	}
+	if msg := answer.Raw.(*anthropic.Message); len(msg.Content) != 1 || msg.Content[0].Name != "get_weather" {
+		t.Errorf("Raw content = %+v, want the tool call", msg.Content)
+	}
+}
