@@ -174,7 +174,7 @@ func requestTimeout(ctx context.Context, params anthropic.MessageNewParams) (tim
 		left := time.Until(deadline)
 		if left <= 0 {
 			// The attempt is already over; the chain reads the context.
-			return 0, ctx.Err()
+			return 0, causeOf(ctx, ctx.Err())
 		}
 		return left, nil
 	}
