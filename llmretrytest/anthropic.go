@@ -33,8 +33,9 @@ func anthropicErrorBody(status int, errType, code, param, message string) []byte
 	return mustJSON(anthropicErrorJSON{Type: "error", Error: anthropicErrorObject{Type: errType, Message: message}})
 }
 
-// anthropicError gives the error type and message Anthropic sends with
-// status; Anthropic has no code or param.
+// anthropicError gives the type and message of an Anthropic error
+// response with status, or of st's own error; Anthropic's errors have no
+// code or param.
 func anthropicError(status int, st Step, model string) (errType, code, param, message string) {
 	switch st.kind {
 	case kindContextLength:

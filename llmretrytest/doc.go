@@ -39,10 +39,23 @@
 // content_block_stop, message_delta with stop_reason and usage, then
 // message_stop. Every response carries a request id, "req_<model>_<N>",
 // in x-request-id (OpenAI) or request-id (Anthropic). Answers report 10
-// input tokens and one output token per word.
+// input tokens and one output token per word (Anthropic's message_start
+// says 1 output token, as Anthropic's does, until message_delta gives the
+// count).
 //
 // A body that is not JSON, or names no model, gets a 400 in the
 // provider's shape, one over 10 MiB a 413; both are logged with Model "".
+//
+// The server closes each connection after its response (Connection:
+// close), so every request comes on a fresh connection. That keeps
+// failures exact: after [Down] or [Server.GoDown] every request is
+// refused, even from a client that pools connections, and a client never
+// resends on a reused connection that a [Hangup] closed, so the log holds
+// exactly the requests the client made.
+//
+// Both SDKs retry on their own, twice by default, and every request they
+// send plays a step: build clients with option.WithMaxRetries(0) when a
+// test counts requests or expects a step to reach the code under test.
 //
 // # Timing
 //

@@ -38,8 +38,9 @@ func openAIErrorBody(status int, errType, code, param, message string) []byte {
 	return mustJSON(openAIErrorJSON{openAIErrorObj(errType, code, param, message)})
 }
 
-// openAIError gives the type, code, param and message OpenAI sends with
-// status, in the words of its documentation's examples.
+// openAIError gives the type, code, param and message of an OpenAI error
+// response with status, or of st's own error. Clients branch on the type
+// and code; the messages only need to read like OpenAI's.
 func openAIError(status int, st Step, model string) (errType, code, param, message string) {
 	switch st.kind {
 	case kindInsufficientQuota:

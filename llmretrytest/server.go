@@ -22,8 +22,8 @@ const maxBody = 10 << 20
 // OpenAI Chat Completions at POST /v1/chat/completions and Anthropic
 // Messages at POST /v1/messages, each request with the next [Step] of its
 // model's script. Create one with [NewServer] and end it with
-// [Server.Close]. Its methods are safe for concurrent use, also while
-// requests are being served.
+// [Server.Close]; the zero Server is not usable. Its methods are safe for
+// concurrent use, also while requests are being served.
 type Server struct {
 	// URL is the server's base URL, "http://127.0.0.1:PORT", with no
 	// trailing slash.
@@ -43,8 +43,10 @@ type Server struct {
 	counts  map[string]int // requests per model, for Request.N
 	log     []Request
 	down    bool
-	// trace, when set by an in-package test, sees each request when it is
-	// logged ("arrive") and when its handler returns ("end").
+	// trace, when set by an in-package test, sees each request when its
+	// handler starts ("start", before the body is read, so with an empty
+	// Request), when it is logged ("arrive") and when its handler returns
+	// ("end").
 	trace func(event string, r Request)
 }
 
@@ -54,14 +56,19 @@ type script struct {
 	next  int
 }
 
-// Request is the server's record of one request it received.
+// Request is the server's record of one request it received, as
+// [Server.Requests] returns it.
 type Request struct {
 	Model  string    // the request body's "model"; "" when the body could not be decoded
 	API    string    // "openai" or "anthropic"
 	Stream bool      // the request asked for a stream ("stream": true)
 	Time   time.Time // when the server had read the request and chose its step
 	N      int       // 1-based count of requests for this model, this one included
-	Step   string    // the step played, as [Step.String] names it, or "status 404" (no script), "status 400" / "status 413" (bad body), "down"
+	// Step is what the server played, as [Step.String] names it; or
+	// "status 404" for a model with no script, "status 400" or
+	// "status 413" for a body the server could not use, and "down" for a
+	// request that reached a server already down.
+	Step string
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -98,6 +105,13 @@ func NewServer() *Server {
 			}
 		},
 	}
+	// One connection per request. A client that pools connections would
+	// otherwise, for a moment after GoDown, send its next request on a
+	// connection the server has just closed, and get a broken pipe or a
+	// reset where a refused connection was scripted; and a connection
+	// dropped by Hangup could be one the client reused, which net/http
+	// may resend a request on. Loopback connections cost microseconds.
+	s.srv.SetKeepAlivesEnabled(false)
 	go func() {
 		defer close(s.served)
 		_ = s.srv.Serve(ln) // returns when the listener is closed, by GoDown or Close
@@ -130,9 +144,9 @@ func (s *Server) Script(model string, steps ...Step) {
 }
 
 // Requests returns a copy of the log of requests received so far, in the
-// order the server read them, which is also the order of their Time. A
-// request that ended before its body was read is not logged, nor is one
-// to a path other than the two endpoints.
+// order the server read them, which is also the order of their Time. Only
+// POSTs to the two endpoints are logged, and only once their body has
+// been read: a client that gave up while sending is not.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -140,29 +154,24 @@ func (s *Server) Requests() []Request {
 }
 
 // GoDown takes the server down as a provider outage does: it stops
-// listening, so later connections are refused (ECONNREFUSED), and closes
-// idle keep-alive connections. Responses already under way finish, and
-// their connections close after them; a request that still reaches the
-// server on an old connection is logged as "down" and its connection is
-// closed without a response. A server that is down stays down. GoDown may
-// be called more than once, and after Close.
+// listening, so later requests are refused (ECONNREFUSED). Responses
+// already under way finish. A request whose connection was accepted
+// before GoDown but whose body had not yet been read is logged as "down"
+// and its connection is closed without a response. A server that is down
+// stays down. GoDown may be called more than once, and after Close.
 func (s *Server) GoDown() {
 	s.mu.Lock()
 	s.down = true
 	s.mu.Unlock()
-	s.downOnce.Do(func() {
-		_ = s.ln.Close()
-		// This also closes the idle connections, so that a client's pool
-		// cannot reach the server through a connection from before.
-		s.srv.SetKeepAlivesEnabled(false)
-	})
+	s.downOnce.Do(func() { _ = s.ln.Close() })
 }
 
-// Close ends every stall and delay, closes the listener and every
-// connection, and returns once every request's handler and every
-// connection's goroutine is done, so a test that closes its server leaks
-// no goroutine. Close may be called more than once; Requests still works
-// after it.
+// Close shuts the server down: it ends every stall and delay, closes the
+// listener and every connection, cutting off responses under way, and
+// returns once every handler has returned and every connection is closed,
+// so a test that closes its server leaks no goroutine. Close may be
+// called more than once, also after GoDown; Requests still works after
+// it.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
@@ -176,13 +185,15 @@ func (s *Server) Close() {
 type endpoint struct {
 	name      string // Request.API
 	requestID string // the response header carrying the request id
-	// errorBody is the provider's JSON error body for an HTTP status, or
-	// for a step that has its own (quota, context length).
+	// errorBody encodes an error in the provider's shape; a provider
+	// without codes or params ignores them.
 	errorBody func(status int, errType, code, param, message string) []byte
-	// errorFor gives the provider's type, code, param and message for an
-	// error response of status played by step.
+	// errorFor chooses the type, code, param and message of an error
+	// response with status, or of st when the step has its own
+	// (InsufficientQuota, ContextLengthExceeded, StreamError); model is
+	// named by a 404.
 	errorFor func(status int, st Step, model string) (errType, code, param, message string)
-	// json writes a complete JSON answer for st.
+	// json encodes the complete JSON answer for st.
 	json func(x *exchange, st Step) []byte
 	// stream writes st as an SSE stream; it returns false if the client
 	// went away or the server closed, so that the connection is cut.
@@ -213,6 +224,7 @@ type incoming struct {
 // which is how net/http lets a handler cut its connection without a
 // response; the server recovers it without logging.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
+	s.traceEvent("start", Request{})
 	var ep *endpoint
 	switch r.URL.Path {
 	case "/v1/chat/completions":
@@ -220,8 +232,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	case "/v1/messages":
 		ep = &anthropic
 	default:
-		// Neither SDK would send this; answer in OpenAI's shape, which
-		// most clients of unknown paths expect.
+		// Neither SDK sends this. It is not logged: the log is of
+		// requests to a model, and this names none.
 		writeError(w, &openAI, nil, http.StatusNotFound, "invalid_request_error", "", "", "unknown path "+r.URL.Path, "")
 		return
 	}
@@ -239,7 +251,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &tooLarge):
 		status = http.StatusRequestEntityTooLarge
 	case err != nil:
-		return // the client went away mid-body: there is no one to answer
+		return // the client went away mid-body, or broke its framing: no one to answer
 	case json.Unmarshal(body, &in) != nil:
 		status = http.StatusBadRequest
 		in = incoming{} // a half-decoded body names nothing reliable
@@ -269,27 +281,25 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 }
 
 // arrive logs the request and picks its step: ok is false when the model
-// has no script. A server that is down hangs up at once.
+// has no script. A server that is down hangs up at once, whatever the
+// request.
 func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int) (st Step, ok bool) {
 	s.mu.Lock()
 	s.counts[in.Model]++
 	n := s.counts[in.Model]
-	sc := s.scripts[in.Model]
 	down := s.down
-	switch {
+	var name string
+	switch sc := s.scripts[in.Model]; {
 	case down:
-		st, ok = Down(), true
-	case status != 0:
-	case sc != nil:
-		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
-		sc.next++
-	}
-	name := st.String()
-	switch {
+		name = Down().String()
 	case status != 0:
 		name = statusName(status)
-	case !ok:
+	case sc == nil:
 		name = statusName(http.StatusNotFound)
+	default:
+		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
+		sc.next++
+		name = st.String()
 	}
 	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
@@ -326,6 +336,11 @@ func idSafe(model string) string {
 // play answers with st.
 func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 	if !x.wait(st.after) {
+		if st.kind == kindDown {
+			// The log says this request took the server down; a client
+			// that gave up waiting must not cancel the outage.
+			s.GoDown()
+		}
 		panic(http.ErrAbortHandler)
 	}
 	switch st.kind {
@@ -457,8 +472,8 @@ func setStepHeaders(h http.Header, st *Step) {
 
 // startStream sends a stream's status line and headers.
 func (x *exchange) startStream(st *Step) {
-	x.header(st, "text/event-stream; charset=utf-8")
 	x.w.Header().Set("Cache-Control", "no-cache")
+	x.header(st, "text/event-stream; charset=utf-8")
 	x.w.WriteHeader(http.StatusOK)
 	x.flush()
 }
@@ -513,8 +528,8 @@ func (x *exchange) stall() {
 
 // pause is the wait between two text chunks of a stream.
 func (x *exchange) pause(st Step, i int) bool {
-	if i == 0 || st.every <= 0 {
-		return true
+	if i == 0 {
+		return true // no wait before the first chunk
 	}
 	return x.wait(st.every)
 }

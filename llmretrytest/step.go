@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"time"
+	"unicode"
 )
 
 // stepKind says what a Step plays. The zero kind is an answer, so the zero
@@ -204,7 +205,8 @@ func Hangup() Step { return Step{kind: kindHangup} }
 
 // Down closes the connection without a response and takes the whole
 // server down, as [Server.GoDown] does: later connections are refused
-// (ECONNREFUSED), for every model.
+// (ECONNREFUSED), for every model. With [Step.After], the server goes
+// down when the wait ends, even when the client gave up waiting.
 func Down() Step { return Step{kind: kindDown} }
 
 // WithHeader returns a copy of s that sends the response header key with
@@ -257,26 +259,19 @@ func (s Step) textChunks() []string {
 func splitWords(text string) []string {
 	var chunks []string
 	start := 0
-	inSpace := false
+	word := false  // the current chunk has a word in it
+	space := false // the previous rune was whitespace
 	for i, r := range text {
-		space := r == ' ' || r == '\t' || r == '\n' || r == '\r'
-		if !space && inSpace && i > start && !onlySpace(text[start:i]) {
+		isSpace := unicode.IsSpace(r)
+		if !isSpace && space && word {
 			chunks = append(chunks, text[start:i])
-			start = i
+			start, word = i, false
 		}
-		inSpace = space
+		word = word || !isSpace
+		space = isSpace
 	}
 	if start < len(text) {
 		chunks = append(chunks, text[start:])
 	}
 	return chunks
-}
-
-func onlySpace(s string) bool {
-	for _, r := range s {
-		if r != ' ' && r != '\t' && r != '\n' && r != '\r' {
-			return false
-		}
-	}
-	return true
 }
