@@ -81,7 +81,7 @@ func (m mode) backend(client anthropic.Client, model string, policy llmretry.Pol
 }
 
 // run sends one prompt through a chain of backends and returns the answer,
-// the error and every attempt's record, the successful one included.
+// every attempt's record (the successful one included) and the error.
 func run(ctx context.Context, backends ...llmretry.Backend[string, llmretry.Completion]) (llmretry.Completion, []llmretry.Attempt, error) {
 	var records []llmretry.Attempt
 	chain := &llmretry.Chain[string, llmretry.Completion]{
