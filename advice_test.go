@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/llmretry/llmretry"
 )
@@ -60,28 +63,93 @@ func TestRetryItem(t *testing.T) {
 	}
 }
 
-// Only *Truncated declares the advice; the others leave it to RetryItem's
-// default.
+// Each of the four error types declares its own advice, so that a probe
+// stops at the outermost error, whatever lies beneath it.
 func TestItemRetryableDeclarations(t *testing.T) {
+	rejected := []llmretry.Attempt{{Kind: llmretry.KindRejected}, {Kind: llmretry.KindTruncated}}
+	mixed := []llmretry.Attempt{{Kind: llmretry.KindRejected}, {Kind: llmretry.KindTransient}}
 	tests := []struct {
 		name string
 		err  error
 		want bool
 	}{
-		{"truncated", &llmretry.Truncated{}, true},
-		{"exhausted", &llmretry.Exhausted{}, false},
-		{"timed_out", &llmretry.TimedOut{}, false},
-		{"cancelled", &llmretry.Cancelled{}, false},
+		{"truncated", &llmretry.Truncated{}, false},
+		{"exhausted_no_attempts", &llmretry.Exhausted{}, true},
+		{"exhausted_all_refused", &llmretry.Exhausted{Attempts: rejected}, false},
+		{"exhausted_one_transient", &llmretry.Exhausted{Attempts: mixed}, true},
+		{"timed_out", &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: rejected}}, true},
+		{"cancelled", &llmretry.Cancelled{Attempts: rejected}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ir, ok := tc.err.(llmretry.ItemRetryable)
-			if ok != tc.want {
-				t.Fatalf("%T implements ItemRetryable = %t, want %t", tc.err, ok, tc.want)
+			if !ok {
+				t.Fatalf("%T does not implement ItemRetryable", tc.err)
 			}
-			if ok && ir.ItemRetryable() {
-				t.Errorf("(%T).ItemRetryable() = true, want false", tc.err)
+			if got := ir.ItemRetryable(); got != tc.want {
+				t.Errorf("(%T).ItemRetryable() = %t, want %t", tc.err, got, tc.want)
 			}
 		})
 	}
+}
+
+// RetryItemAfter advises the time until the soonest retry-after among the
+// backends' last attempts, counted from each attempt's end and measured
+// when asked, and nothing when any backend gave no hint, for a Truncated,
+// or once the moment has passed.
+func TestRetryItemAfter(t *testing.T) {
+	hinted := func(status int, after string) *llmretry.Failure {
+		h := http.Header{}
+		h.Set("Retry-After", after)
+		return llmretry.StatusFailure(status, h, errors.New("slow down"))
+	}
+	gatewayTimeout := &llmretry.Failure{Kind: llmretry.KindTimeout, Status: 504, RetryAfter: 20 * time.Second}
+	tests := []struct {
+		name    string
+		errs    []error       // what each backend answers, after a second
+		askedAt time.Duration // after Do returns, 2s after it began
+		want    time.Duration
+		wantOK  bool
+	}{
+		// The hints run out at 1s+30s and 2s+10s; asked at 6s.
+		{name: "soonest_of_two", errs: []error{hinted(429, "30"), hinted(503, "10")}, askedAt: 4 * time.Second, want: 6 * time.Second, wantOK: true},
+		{name: "moment_passed", errs: []error{hinted(429, "30"), hinted(503, "10")}, askedAt: 11 * time.Second},
+		{name: "one_without_hint", errs: []error{hinted(429, "30"), llmretry.StatusFailure(503, nil, nil)}},
+		{name: "truncated", errs: []error{hinted(429, "30"), llmretry.Truncation("cut")}},
+		// A *TimedOut advises too: 2s+20s, asked at 7s.
+		{name: "timed_out", errs: []error{hinted(429, "30"), gatewayTimeout}, askedAt: 5 * time.Second, want: 15 * time.Second, wantOK: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var backends []backend
+				for i, e := range tc.errs {
+					backends = append(backends, backend{
+						Model: fmt.Sprint("m", i),
+						Call: func(context.Context, string) (string, error) {
+							time.Sleep(time.Second)
+							return "", e
+						},
+					})
+				}
+				c := &chain{Backends: backends}
+				_, err := c.Do(context.Background(), "hi")
+				time.Sleep(tc.askedAt)
+				got, ok := llmretry.RetryItemAfter(err)
+				if got != tc.want || ok != tc.wantOK {
+					t.Errorf("RetryItemAfter(%T) = %v, %t, want %v, %t", err, got, ok, tc.want, tc.wantOK)
+				}
+			})
+		})
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		// Not even through a cause that would advise.
+		cause := &llmretry.Exhausted{Attempts: []llmretry.Attempt{{Start: time.Now(), RetryAfter: time.Hour}}}
+		if d, ok := llmretry.RetryItemAfter(&llmretry.Cancelled{Cause: cause}); ok {
+			t.Errorf("RetryItemAfter(*Cancelled) = %v, true, want false", d)
+		}
+		if d, ok := llmretry.RetryItemAfter(cause); !ok || d <= 0 {
+			t.Errorf("RetryItemAfter(cause) = %v, %t, want a positive advice", d, ok)
+		}
+	})
 }

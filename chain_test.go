@@ -166,8 +166,8 @@ func TestDoRetriesThenAnswers(t *testing.T) {
 		}
 		attempts, at := rec.seen()
 		want := []llmretry.Attempt{
-			{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy1, Start: start, RetryIn: 10 * ms},
-			{Backend: 0, Model: "gpt-4o", Try: 2, Kind: llmretry.KindTransient, Status: 503, Err: busy2, Start: start.Add(10 * ms), RetryIn: 30 * ms},
+			{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy1, Start: start, Next: llmretry.NextRetry, RetryIn: 10 * ms},
+			{Backend: 0, Model: "gpt-4o", Try: 2, Kind: llmretry.KindTransient, Status: 503, Err: busy2, Start: start.Add(10 * ms), Next: llmretry.NextRetry, RetryIn: 30 * ms},
 			{Backend: 0, Model: "gpt-4o", Try: 3, Start: start.Add(40 * ms)},
 		}
 		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
@@ -205,8 +205,8 @@ func TestDoZeroPolicyOneAttemptPerBackend(t *testing.T) {
 				_, err := c.Do(ctx, "hi")
 				attempts := exhausted(t, err)
 				want := []llmretry.Attempt{
-					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errA},
-					{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errB},
+					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errA, Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
+					{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errB, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 				}
 				if diff := cmp.Diff(want, attempts, attemptOpts, ignoreTimes); diff != "" {
 					t.Errorf("attempts (-want +got):\n%s", diff)
@@ -353,8 +353,16 @@ func TestDoWithDeadlineRepeatsLastWait(t *testing.T) {
 		{
 			name:      "default_reserve_60s",
 			policy:    llmretry.Policy{Waits: []time.Duration{10 * s}},
+			deadline:  200 * s,
+			wantCalls: []time.Duration{0, 10 * s, 20 * s, 30 * s, 40 * s, 50 * s, 60 * s, 70 * s, 80 * s, 90 * s, 100 * s, 110 * s, 120 * s, 130 * s, 140 * s},
+		},
+		{
+			// A zero Reserve is at most half of what the deadline left:
+			// 50s of a 100s deadline.
+			name:      "default_reserve_halved",
+			policy:    llmretry.Policy{Waits: []time.Duration{10 * s}},
 			deadline:  100 * s,
-			wantCalls: []time.Duration{0, 10 * s, 20 * s, 30 * s, 40 * s},
+			wantCalls: []time.Duration{0, 10 * s, 20 * s, 30 * s, 40 * s, 50 * s},
 		},
 		{
 			// No reserve, but a wait must still end before the deadline.
@@ -371,8 +379,8 @@ func TestDoWithDeadlineRepeatsLastWait(t *testing.T) {
 		},
 		{
 			name:      "first_wait_eats_reserve",
-			policy:    llmretry.Policy{Waits: []time.Duration{50 * s}},
-			deadline:  100 * s,
+			policy:    llmretry.Policy{Waits: []time.Duration{100 * s}},
+			deadline:  150 * s,
 			wantCalls: []time.Duration{0},
 		},
 	}
@@ -476,8 +484,8 @@ func TestDoNestedChainAttemptRecord(t *testing.T) {
 		}
 		attempts, _ := rec.seen()
 		want := []llmretry.Attempt{
-			{Backend: 0, Model: "outer", Try: 1, Kind: llmretry.KindParse, Err: parse, RawText: ptr("{oops"), Start: start, RetryIn: 10 * ms},
-			{Backend: 0, Model: "outer", Try: 2, Kind: llmretry.KindTransient, Status: 429, Err: limited, Start: start.Add(10 * ms), RetryIn: 2 * time.Second},
+			{Backend: 0, Model: "outer", Try: 1, Kind: llmretry.KindParse, Err: parse, RawText: ptr("{oops"), Start: start, Next: llmretry.NextRetry, RetryIn: 10 * ms},
+			{Backend: 0, Model: "outer", Try: 2, Kind: llmretry.KindTransient, Status: 429, Err: limited, Start: start.Add(10 * ms), RetryAfter: 2 * time.Second, Next: llmretry.NextRetry, RetryIn: 2 * time.Second},
 			{Backend: 0, Model: "outer", Try: 3, Start: start.Add(10*ms + 2*time.Second)},
 		}
 		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
@@ -707,7 +715,8 @@ func TestDoCancelled(t *testing.T) {
 			cancelAt:  500 * ms,
 			wantCalls: []time.Duration{0},
 			wantAttempts: []llmretry.Attempt{
-				{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), RetryIn: time.Second},
+				// OnAttempt saw a retry in 1s; the record says the wait was cut short.
+				{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), Next: llmretry.NextStop, Why: llmretry.WhyCancelled},
 			},
 		},
 		{
@@ -717,7 +726,7 @@ func TestDoCancelled(t *testing.T) {
 			cancelAt:  200 * ms,
 			wantCalls: []time.Duration{0},
 			wantAttempts: []llmretry.Attempt{
-				{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Err: context.Canceled, Elapsed: 200 * ms},
+				{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Err: context.Canceled, Elapsed: 200 * ms, Next: llmretry.NextStop, Why: llmretry.WhyCancelled},
 			},
 		},
 		{
@@ -733,7 +742,7 @@ func TestDoCancelled(t *testing.T) {
 			cancelAt:  200 * ms,
 			wantCalls: []time.Duration{0},
 			wantAttempts: []llmretry.Attempt{
-				{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Status: 503, Err: busy("busy"), Elapsed: 200 * ms},
+				{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Status: 503, Err: busy("busy"), Elapsed: 200 * ms, Next: llmretry.NextStop, Why: llmretry.WhyCancelled},
 			},
 		},
 	}
@@ -817,7 +826,7 @@ func TestDoAttemptCancelledEndsChain(t *testing.T) {
 		if ca.Cause != closed {
 			t.Errorf("Cancelled.Cause = %v, want %v", ca.Cause, closed)
 		}
-		want := []llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Err: closed}}
+		want := []llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindCancelled, Err: closed, Next: llmretry.NextStop, Why: llmretry.WhyCancelled}}
 		if diff := cmp.Diff(want, ca.Attempts, attemptOpts, ignoreTimes); diff != "" {
 			t.Errorf("Cancelled.Attempts (-want +got):\n%s", diff)
 		}
@@ -923,7 +932,7 @@ func TestDoCallerDeadlineEndsChain(t *testing.T) {
 		if !isTimedOut(err) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Do() error = %v (%T), want a *TimedOut matching context.DeadlineExceeded", err, err)
 		}
-		want := []llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start, Elapsed: 5 * time.Second}}
+		want := []llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start, Elapsed: 5 * time.Second, Next: llmretry.NextStop, Why: llmretry.WhyDeadline}}
 		if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
 			t.Errorf("attempts (-want +got):\n%s", diff)
 		}
@@ -949,7 +958,7 @@ func TestDoStreaming(t *testing.T) {
 				return busy("stream broke")
 			},
 			wantA:     []time.Duration{0},
-			wantFirst: llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("stream broke"), Delivered: true},
+			wantFirst: llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("stream broke"), Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true},
 		},
 		{
 			name: "failed_before_delivered",
@@ -962,7 +971,7 @@ func TestDoStreaming(t *testing.T) {
 			},
 			want:      "a: hi",
 			wantA:     []time.Duration{0, 10 * ms},
-			wantFirst: llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), RetryIn: 10 * ms},
+			wantFirst: llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), Next: llmretry.NextRetry, RetryIn: 10 * ms},
 		},
 	}
 	for _, tc := range tests {
@@ -1132,9 +1141,9 @@ func TestDoPerAttemptTimeout(t *testing.T) {
 				}
 				attempts := exhausted(t, err)
 				want := []llmretry.Attempt{
-					{Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start, Elapsed: s, RetryIn: 100 * ms},
-					{Model: "a", Try: 2, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start.Add(1100 * ms), Elapsed: s, RetryIn: 100 * ms},
-					{Model: "a", Try: 3, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start.Add(2200 * ms), Elapsed: s},
+					{Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start, Elapsed: s, Next: llmretry.NextRetry, RetryIn: 100 * ms},
+					{Model: "a", Try: 2, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start.Add(1100 * ms), Elapsed: s, Next: llmretry.NextRetry, RetryIn: 100 * ms},
+					{Model: "a", Try: 3, Kind: llmretry.KindTimeout, Err: context.DeadlineExceeded, Start: start.Add(2200 * ms), Elapsed: s, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 				}
 				if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
 					t.Errorf("attempts (-want +got):\n%s", diff)
@@ -1170,9 +1179,9 @@ func TestDoTruncationFallsOverAndWins(t *testing.T) {
 			t.Errorf("RetryItem(*Truncated) = true, want false")
 		}
 		want := []llmretry.Attempt{
-			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTruncated, Err: cut, RawText: ptr("partial answer")},
-			{Backend: 1, Model: "unknown", Try: 1, Kind: llmretry.KindParse, Err: empty, RawText: ptr("")},
-			{Backend: 2, Model: "d", Try: 1, Kind: llmretry.KindTransient, Status: 500, Err: wrapped},
+			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTruncated, Err: cut, RawText: ptr("partial answer"), Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+			{Backend: 1, Model: "unknown", Try: 1, Kind: llmretry.KindParse, Err: empty, RawText: ptr(""), Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
+			{Backend: 2, Model: "d", Try: 1, Kind: llmretry.KindTransient, Status: 500, Err: wrapped, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 		}
 		if diff := cmp.Diff(want, tr.Attempts, attemptOpts, ignoreTimes); diff != "" {
 			t.Errorf("attempts (-want +got):\n%s", diff)

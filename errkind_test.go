@@ -451,6 +451,7 @@ func TestErrorSummaries(t *testing.T) {
 	const (
 		budget   = "raise the completion budget (max tokens)"
 		deadline = "raise the deadline"
+		timeout  = "raise the backends' Timeout or StallTimeout"
 	)
 	attempts := []llmretry.Attempt{
 		{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Status: 500, Err: llmretry.StatusFailure(500, nil, errors.New("upstream on fire"))},
@@ -464,6 +465,9 @@ func TestErrorSummaries(t *testing.T) {
 	}
 	both := with(llmretry.KindTruncated)
 	both[0].Kind = llmretry.KindTimeout
+	// The caller's deadline ended the chain: the last record says so.
+	late := with(llmretry.KindTimeout)
+	late[2].Next, late[2].Why = llmretry.NextStop, llmretry.WhyDeadline
 
 	tests := []struct {
 		name         string
@@ -471,12 +475,14 @@ func TestErrorSummaries(t *testing.T) {
 		attempts     []llmretry.Attempt
 		wantBudget   bool
 		wantDeadline bool
+		wantTimeout  bool
 	}{
 		{name: "exhausted", err: &llmretry.Exhausted{Attempts: attempts}, attempts: attempts},
 		{name: "exhaust_plain", err: llmretry.Exhaust(attempts), attempts: attempts},
 		{name: "exhaust_truncated", err: llmretry.Exhaust(with(llmretry.KindTruncated)), attempts: with(llmretry.KindTruncated), wantBudget: true},
-		{name: "exhaust_timed_out", err: llmretry.Exhaust(with(llmretry.KindTimeout)), attempts: with(llmretry.KindTimeout), wantDeadline: true},
-		{name: "exhaust_both", err: llmretry.Exhaust(both), attempts: both, wantBudget: true, wantDeadline: true},
+		{name: "exhaust_timed_out", err: llmretry.Exhaust(with(llmretry.KindTimeout)), attempts: with(llmretry.KindTimeout), wantTimeout: true},
+		{name: "exhaust_both", err: llmretry.Exhaust(both), attempts: both, wantBudget: true, wantTimeout: true},
+		{name: "deadline_passed", err: llmretry.Exhaust(late), attempts: late, wantDeadline: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -493,6 +499,9 @@ func TestErrorSummaries(t *testing.T) {
 			}
 			if got := strings.Contains(head, deadline); got != tc.wantDeadline {
 				t.Errorf("first line = %q, names %q: %t, want %t", head, deadline, got, tc.wantDeadline)
+			}
+			if got := strings.Contains(head, timeout); got != tc.wantTimeout {
+				t.Errorf("first line = %q, names %q: %t, want %t", head, timeout, got, tc.wantTimeout)
 			}
 			var want []string
 			for _, a := range tc.attempts {

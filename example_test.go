@@ -2,6 +2,7 @@ package llmretry_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -32,8 +33,8 @@ func Example_fallback() {
 	answer, err := chain.Do(context.Background(), "hello")
 	fmt.Println(answer, err)
 	// Output:
-	// [backend 0 gpt-4o try 1] http 503: upstream connect error
-	// [backend 0 gpt-4o try 2] http 503: upstream connect error
+	// [backend 0 gpt-4o try 1] http 503: upstream connect error (retrying in 1ms)
+	// [backend 0 gpt-4o try 2] http 503: upstream connect error (falling over: waits_used)
 	// [backend 1 claude-sonnet try 1] ok
 	// echo: hello <nil>
 }
@@ -155,4 +156,81 @@ func ExampleExhausted_Error() {
 	// llmretry: truncated after 2 attempts on 2 backends: raise the completion budget (max tokens)
 	// 	[backend 0 gpt-4o try 1] http 500: upstream on fire
 	// 	[backend 1 claude-sonnet try 1] truncated
+}
+
+// A dead-letter queue keeps the error as one JSON record, with json.Marshal:
+// the outcome, the advice, the summary and every attempt. These records are
+// what a chain over two providers that both refuse an over-long prompt
+// returns.
+func ExampleExhausted_MarshalJSON() {
+	start := time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+	tooLong := errors.New("context_length_exceeded: maximum context length is 128000 tokens")
+	err := llmretry.Exhaust([]llmretry.Attempt{
+		{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindRejected, Status: 400,
+			Err: llmretry.StatusFailure(400, nil, tooLong), Start: start, Elapsed: 180 * time.Millisecond,
+			Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+		{Backend: 1, Model: "claude-sonnet", Try: 1, Kind: llmretry.KindRejected, Status: 400,
+			Err: llmretry.StatusFailure(400, nil, errors.New("prompt is too long")), Start: start.Add(180 * time.Millisecond), Elapsed: 95 * time.Millisecond,
+			Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable},
+	})
+	fmt.Println("retry the item:", llmretry.RetryItem(err))
+	record, _ := json.MarshalIndent(err, "", "  ")
+	fmt.Println(string(record))
+	// Output:
+	// retry the item: false
+	// {
+	//   "outcome": "exhausted",
+	//   "item_retryable": false,
+	//   "error": "llmretry: exhausted after 2 attempts on 2 backends: every backend rejected this request; change the request, since running it again will not help\n\t[backend 0 gpt-4o try 1] http 400: context_length_exceeded: maximum context length is 128000 tokens (falling over: not_retryable)\n\t[backend 1 claude-sonnet try 1] http 400: prompt is too long (stopping: not_retryable)",
+	//   "attempts": [
+	//     {
+	//       "backend": 0,
+	//       "model": "gpt-4o",
+	//       "try": 1,
+	//       "kind": "rejected",
+	//       "status": 400,
+	//       "error": "http 400: context_length_exceeded: maximum context length is 128000 tokens",
+	//       "start": "2026-11-30T09:00:00Z",
+	//       "elapsed_ms": 180,
+	//       "next": "fall_over",
+	//       "why": "not_retryable",
+	//       "retry_in_ms": 0,
+	//       "delivered": false
+	//     },
+	//     {
+	//       "backend": 1,
+	//       "model": "claude-sonnet",
+	//       "try": 1,
+	//       "kind": "rejected",
+	//       "status": 400,
+	//       "error": "http 400: prompt is too long",
+	//       "start": "2026-11-30T09:00:00.18Z",
+	//       "elapsed_ms": 95,
+	//       "next": "stop",
+	//       "why": "not_retryable",
+	//       "retry_in_ms": 0,
+	//       "delivered": false
+	//     }
+	//   ]
+	// }
+}
+
+// A job queue asks first whether an item may run again at all, then when:
+// here both providers answered 429 and said when to come back, so the item
+// is snoozed until the sooner of the two instead of spending an attempt.
+func ExampleRetryItemAfter() {
+	tenSecondsAgo := time.Now().Add(-10 * time.Second)
+	err := llmretry.Exhaust([]llmretry.Attempt{
+		{Backend: 0, Model: "gpt-4o", Kind: llmretry.KindTransient, Status: 429, Start: tenSecondsAgo, RetryAfter: 30 * time.Second},
+		{Backend: 1, Model: "claude-sonnet", Kind: llmretry.KindTransient, Status: 429, Start: tenSecondsAgo, RetryAfter: 60 * time.Second},
+	})
+	if !llmretry.RetryItem(err) {
+		fmt.Println("dead letter")
+		return
+	}
+	if d, ok := llmretry.RetryItemAfter(err); ok {
+		fmt.Println("snooze for", d.Round(time.Second))
+	}
+	// Output:
+	// snooze for 20s
 }

@@ -3,7 +3,9 @@
 //
 // It holds no code of its own: the benchmarks live in bench_test.go, and
 // run.sh runs them and prints the table. It is a module of its own so that
-// the peers never enter llmretry's go.mod.
+// the peers never enter llmretry's go.mod. Outcomes rather than overhead
+// (answered, how fast, at what cost, during scripted outages in virtual
+// time) are measured by the package outage beside it.
 //
 // # Cases
 //
@@ -30,10 +32,6 @@
 //     objects (allocs/parked) and goroutine stack bytes (stack-B/parked)
 //     each parked call holds. run.sh sets GODEBUG=adaptivestackstart=0 so
 //     that stacks start at 2 KiB whatever ran before.
-//   - Floor: no library, but the least a successful first attempt costs
-//     under llmretry's contract on the machine at hand: time.Now,
-//     time.Since, and contract (one monotonic reading, one 32-byte context
-//     and the call), so FirstTry can be read against it.
 //   - WaitPrecision/{1ms,10ms,100ms}: the real clock; reports how far each
 //     library's wait overshoots the asked length (over-p50-ns, over-p99-ns),
 //     with direct using time.Sleep as the reference.

@@ -7,7 +7,7 @@
 #   COUNT=10           runs of each benchmark (-count); COUNT=1 for a smoke test
 #   BENCH=.            which benchmarks (-bench), e.g. BENCH='FirstTry|TwoFailures'
 #   BENCHTIME=         -benchtime, e.g. 1x; empty means go test's default (1s)
-#   OUT=results.txt    where the raw output goes, relative to bench/
+#   OUT=results/DATE-COMMIT.txt  where the raw output goes, relative to bench/
 #
 # Needs only the Go toolchain: benchstat is fetched by `go run` at a pinned
 # version through the module proxy.
@@ -18,7 +18,8 @@ cd "$(dirname "$0")"
 COUNT="${COUNT:-10}"
 BENCH="${BENCH:-.}"
 BENCHTIME="${BENCHTIME:-}"
-OUT="${OUT:-results.txt}"
+OUT="${OUT:-results/$(date -u +%Y-%m-%d)-$(git rev-parse --short HEAD 2>/dev/null || echo wip).txt}"
+mkdir -p "$(dirname "$OUT")"
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 # Goroutines start on a fixed 2 KiB stack, not one sized from earlier GCs,

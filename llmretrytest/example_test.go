@@ -39,8 +39,8 @@ func Example() {
 		fmt.Println(r.API, r.Model, r.N, r.Step)
 	}
 	// Output:
-	// [backend 0 gpt-4o try 1] http 503: The server is overloaded or not ready yet.
-	// [backend 0 gpt-4o try 2] http 429: Rate limit reached for requests.
+	// [backend 0 gpt-4o try 1] http 503: The server is overloaded or not ready yet. (retrying in 1ms)
+	// [backend 0 gpt-4o try 2] http 429: Rate limit reached for requests. (falling over: waits_used)
 	// [backend 1 gpt-4o-mini try 1] ok
 	// Paris is the capital of France. <nil>
 	// openai gpt-4o 1 status 503

@@ -44,13 +44,8 @@ func main() {
 			},
 			{Model: "claude-sonnet", Call: secondary, Timeout: 30 * time.Second},
 		},
-		OnAttempt: func(ctx context.Context, a llmretry.Attempt) {
-			line := a.String()
-			if a.RetryIn > 0 {
-				line += fmt.Sprintf(" (retrying in %v)", a.RetryIn)
-			}
-			fmt.Println(line)
-		},
+		// Each record's line ends with what the chain did next, and why.
+		OnAttempt: func(ctx context.Context, a llmretry.Attempt) { fmt.Println(a) },
 	}
 
 	answer, err := chain.Do(context.Background(), "What is the capital of France?")

@@ -14,9 +14,7 @@
 // shown as time, bytes and allocations per op, each as a ratio to the
 // fastest peer by time. Cases that report units of their own (B/parked,
 // over-p50-ns, ...) are shown in those units only, each as a ratio to the
-// peer lowest in that unit; lower is better in all of them. Floor, whose
-// sub-benchmarks are clock readings rather than libraries, is shown
-// without ratios.
+// peer lowest in that unit; lower is better in all of them.
 package main
 
 import (
@@ -33,10 +31,6 @@ import (
 
 // notPeers are the libraries left out when choosing the reference.
 var notPeers = map[string]bool{"direct": true, "llmretry": true}
-
-// measurements are the cases whose sub-benchmarks are not libraries
-// (BenchmarkFloor): they are printed without ratios.
-var measurements = map[string]bool{"Floor": true}
 
 // standard are the units the testing package reports for every benchmark.
 var standard = []string{"ns/op", "B/op", "allocs/op"}
@@ -162,12 +156,6 @@ func report(w io.Writer, c *caseData) {
 	}
 	refs := make([]string, 0, 3)
 	switch {
-	case measurements[c.name]:
-		// Figures only: these are not libraries, so there is no fastest
-		// peer to compare with.
-		units = standard
-		refs = append(refs, "", "", "")
-		fmt.Fprintf(w, "%s (measurements, not a comparison)\n", c.name)
 	case len(units) == 0:
 		// Overhead case: one reference, the fastest peer.
 		units = standard

@@ -1,0 +1,362 @@
+package batch
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/llmretry/llmretry"
+	"golang.org/x/sync/errgroup"
+)
+
+// Defaults for a [Runner]'s zero fields.
+const (
+	// DefaultConcurrency is 8 items in flight: enough to hide the seconds
+	// an LLM call takes, and few enough to stay inside the request rate of
+	// an ordinary API tier. Each item in flight is one request at a time,
+	// its chain's retries included, so Concurrency is also the number of
+	// requests the runner has open.
+	DefaultConcurrency = 8
+	// DefaultRuns is 3 runs per item in total: the chain has already
+	// retried within each run, so a third run is for an outage that
+	// outlasted two.
+	DefaultRuns = 3
+	// pendingPerSlot is how many items may be taken per concurrency slot
+	// when Pending is zero: enough that items waiting between runs leave
+	// the slots busy with others, few enough to bound memory.
+	pendingPerSlot = 16
+)
+
+// DefaultWaits returns the waits between runs that a Runner with nil
+// Waits uses: one minute after the first run, five after the second and
+// any later. The chain's own waits cover failures that last seconds; a
+// second run is for an outage, which lasts minutes. It returns a new slice
+// on every call.
+func DefaultWaits() []time.Duration { return []time.Duration{time.Minute, 5 * time.Minute} }
+
+// Item is one unit of work: an ID that names it in results and dead
+// letters, and the request the chain is given for it. Run does not check
+// that IDs are unique.
+type Item[Req any] struct {
+	ID  string
+	Req Req
+}
+
+// Counts say how the items taken from the iterator ended. Each item is in
+// exactly one count, once it has ended.
+type Counts struct {
+	Succeeded int // OnResult was called
+	Dead      int // a dead letter was given to the Sink
+	NotRun    int // the context ended (or a Sink failed) before the item could finish
+}
+
+// Total returns the number of items counted: Succeeded + Dead + NotRun.
+func (c Counts) Total() int { return c.Succeeded + c.Dead + c.NotRun }
+
+// Runner sends items through a Chain, at most Concurrency at a time, and
+// routes each item's failures by their advice (see the package
+// documentation). Chain and Dead are required; every other field has a
+// default for its zero value. A Runner is safe for concurrent Run calls
+// once set up, and must not be changed while one is running.
+type Runner[Req, Resp any] struct {
+	// Chain runs each item. Required.
+	Chain *llmretry.Chain[Req, Resp]
+
+	// Concurrency is the number of items in a run at once. 0 means
+	// DefaultConcurrency (8).
+	Concurrency int
+	// Pending bounds the items taken from the iterator and not yet ended,
+	// running or waiting to run again: Run takes no further item while
+	// this many are pending. 0 means 16 × Concurrency. A Pending below
+	// Concurrency limits the items in a run at once to Pending.
+	Pending int
+	// Runs is the number of runs per item in total, the first included.
+	// 0 means DefaultRuns (3); 1 means no item is run twice.
+	Runs int
+	// Waits are the runner's own waits before an item's second, third, …
+	// run, used when the failure gives no [llmretry.RetryItemAfter]
+	// advice; the last one repeats. Nil or empty means [DefaultWaits]: one
+	// minute, then five.
+	Waits []time.Duration
+
+	// OnResult, when set, is called with each item that succeeded and its
+	// response.
+	OnResult func(item Item[Req], resp Resp)
+	// Dead receives a [DeadLetter] for each item that failed for good.
+	// Required: a dead letter is the only record of why an item failed.
+	// When Put fails the item still counts as dead, and Run stops taking
+	// items and returns an error that names it.
+	Dead Sink
+	// OnNotRun, when set, is called with each item taken that the context
+	// kept from finishing, and the error of its last run (nil when it
+	// never ran), so that the caller can run those items again later.
+	OnNotRun func(item Item[Req], last error)
+	// OnProgress, when set, is called after every item has ended, with
+	// the counts so far: the nth call's counts add up to n, and the last
+	// call's equal the counts Run returns.
+	OnProgress func(Counts)
+}
+
+// Run takes items from the iterator (a slice goes in through
+// slices.Values; nil means none), runs each through the Chain until it
+// succeeds, fails for good or the context ends, and returns how the items
+// taken ended. It returns when every item taken has ended and every
+// goroutine it started is done. Run stops taking items once ctx is done or a Sink has failed;
+// it checks between items, so an iterator that blocks must unblock itself
+// (on the same ctx, say).
+//
+// The error is nil when the iterator ran out and every item taken ended;
+// otherwise it is the runner's configuration error (wrapping
+// [llmretry.ErrConfig], before any item is taken), the first Sink
+// failure, or, when the context ended first, an error matching ctx.Err()
+// and context.Cause(ctx) with errors.Is.
+func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) (Counts, error) {
+	b, err := r.begin()
+	if err != nil {
+		return Counts{}, err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	b.ctx = gctx
+
+	// A pending slot and a concurrency slot are taken before an item is
+	// pulled, so that no item is pulled that could not start at once: a
+	// cancellation then strands as few items as it can.
+	pending := make(chan struct{}, b.pending)
+	take := func() bool {
+		if gctx.Err() != nil {
+			return false // select below picks at random when both are ready
+		}
+		select {
+		case pending <- struct{}{}:
+		case <-gctx.Done():
+			return false
+		}
+		if !b.acquire() {
+			<-pending
+			return false
+		}
+		return true
+	}
+	stopped := !take()
+	if items == nil {
+		items = func(func(Item[Req]) bool) {} // no items, as for an empty slice
+	}
+	if !stopped {
+		for item := range items {
+			g.Go(func() error {
+				defer func() { <-pending }()
+				return b.run(item)
+			})
+			if !take() {
+				stopped = true
+				break
+			}
+		}
+		if !stopped {
+			// The slots taken for an item that never came.
+			<-b.slots
+			<-pending
+		}
+	}
+	// A sink's error is returned by Wait; the items' other outcomes are in
+	// the counts.
+	sinkErr := g.Wait()
+
+	b.mu.Lock()
+	counts := b.counts
+	b.mu.Unlock()
+	switch {
+	case sinkErr != nil:
+		return counts, sinkErr
+	case stopped || counts.NotRun > 0:
+		// Only the caller's context is left to have stopped the work.
+		return counts, stoppedErr(ctx)
+	}
+	return counts, nil
+}
+
+// begin checks the runner's settings and returns one batch's state.
+func (r *Runner[Req, Resp]) begin() (*state[Req, Resp], error) {
+	switch {
+	case r.Chain == nil:
+		return nil, &configError{"batch: chain is nil"}
+	case r.Dead == nil:
+		return nil, &configError{"batch: dead-letter sink is nil"}
+	case r.Concurrency < 0:
+		return nil, &configError{"batch: concurrency " + strconv.Itoa(r.Concurrency) + " is negative"}
+	case r.Pending < 0:
+		return nil, &configError{"batch: pending " + strconv.Itoa(r.Pending) + " is negative"}
+	case r.Runs < 0:
+		return nil, &configError{"batch: runs " + strconv.Itoa(r.Runs) + " is negative"}
+	}
+	for i, w := range r.Waits {
+		if w < 0 {
+			return nil, &configError{"batch: wait " + strconv.Itoa(i+1) + " is negative"}
+		}
+	}
+	// Without this check every item would end as a dead letter carrying
+	// the same configuration error.
+	if err := r.Chain.Validate(); err != nil {
+		return nil, &configError{"batch: " + err.Error()}
+	}
+	b := &state[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
+	if b.concurrency == 0 {
+		b.concurrency = DefaultConcurrency
+	}
+	if b.pending == 0 {
+		b.pending = pendingPerSlot * b.concurrency
+	}
+	if b.runs == 0 {
+		b.runs = DefaultRuns
+	}
+	if len(b.waits) == 0 {
+		b.waits = DefaultWaits()
+	}
+	b.slots = make(chan struct{}, b.concurrency)
+	return b, nil
+}
+
+// state is what one Run call keeps.
+type state[Req, Resp any] struct {
+	r           *Runner[Req, Resp]
+	ctx         context.Context // the errgroup's: done when the caller's is, or a Sink failed
+	concurrency int
+	pending     int
+	runs        int
+	waits       []time.Duration
+	slots       chan struct{} // one token per item in a run
+
+	mu     sync.Mutex // serialises the callbacks and guards counts
+	counts Counts
+}
+
+// run takes one item through its runs and ends it; the error is a Sink's.
+// The caller has taken a concurrency slot for the first run.
+func (b *state[Req, Resp]) run(item Item[Req]) error {
+	var err error // the last run's
+	for runs := 1; ; runs++ {
+		if runs > 1 && !b.acquire() {
+			return b.notRun(item, err)
+		}
+		var resp Resp
+		resp, err = b.r.Chain.Do(b.ctx, item.Req)
+		<-b.slots
+		switch {
+		case err == nil:
+			return b.succeed(item, resp)
+		case !llmretry.RetryItem(err):
+			// Before the context check: the item's verdict is in, and a
+			// re-run would fail the same way whenever it came.
+			return b.dead(item, runs, err)
+		case b.ctx.Err() != nil:
+			// The failure may be the cancellation's doing, so it says
+			// nothing about the item.
+			return b.notRun(item, err)
+		case runs >= b.runs:
+			return b.dead(item, runs, err)
+		}
+		wait, ok := llmretry.RetryItemAfter(err)
+		if !ok {
+			wait = b.waits[min(runs, len(b.waits))-1]
+		}
+		if !b.sleep(wait) {
+			return b.notRun(item, err)
+		}
+	}
+}
+
+// acquire takes a concurrency slot, or reports false when the context
+// ended first.
+func (b *state[Req, Resp]) acquire() bool {
+	if b.ctx.Err() != nil {
+		return false
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	case <-b.ctx.Done():
+		return false
+	}
+}
+
+// sleep waits d, holding no slot, or reports false when the context ended
+// first.
+func (b *state[Req, Resp]) sleep(d time.Duration) bool {
+	if d <= 0 {
+		return b.ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-b.ctx.Done():
+		return false
+	}
+}
+
+// succeed ends item as a success.
+func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r.OnResult != nil {
+		b.r.OnResult(item, resp)
+	}
+	b.counts.Succeeded++
+	b.progress()
+	return nil
+}
+
+// dead ends item as a dead letter. A failing Sink's error stops the batch.
+func (b *state[Req, Resp]) dead(item Item[Req], runs int, err error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	putErr := b.r.Dead.Put(DeadLetter{ID: item.ID, Runs: runs, Err: err})
+	b.counts.Dead++
+	b.progress()
+	if putErr != nil {
+		return fmt.Errorf("batch: dead letter of item %q not stored: %w", item.ID, putErr)
+	}
+	return nil
+}
+
+// notRun ends item as not run; last is its last run's error, if it ran.
+func (b *state[Req, Resp]) notRun(item Item[Req], last error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.r.OnNotRun != nil {
+		b.r.OnNotRun(item, last)
+	}
+	b.counts.NotRun++
+	b.progress()
+	return nil
+}
+
+// progress reports the counts; b.mu is held.
+func (b *state[Req, Resp]) progress() {
+	if b.r.OnProgress != nil {
+		b.r.OnProgress(b.counts)
+	}
+}
+
+// stoppedErr is Run's error when ctx ended before the work was done. It
+// matches both ctx.Err() and the cause, since a cause set with
+// WithCancelCause does not match context.Canceled by itself.
+func stoppedErr(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return fmt.Errorf("batch: stopped: %w", err)
+	}
+	return fmt.Errorf("batch: stopped: %w: %w", err, cause)
+}
+
+// configError is a Runner set up wrong. Like the chain's own, it wraps
+// llmretry.ErrConfig and advises against running anything again.
+type configError struct{ msg string }
+
+func (e *configError) Error() string       { return e.msg }
+func (e *configError) Unwrap() error       { return llmretry.ErrConfig }
+func (e *configError) ItemRetryable() bool { return false }

@@ -1,0 +1,176 @@
+package outage
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// WriteMarkdown writes one scenario's results as a Markdown section: a
+// heading, the script in one line, and a table with one row per strategy.
+func WriteMarkdown(w io.Writer, n int, sc *Scenario, results []*Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "### %d. %s\n\n%s.\n\n", n, sc.Name, sc.About)
+	b.WriteString("| strategy | answered | by primary | by secondary | p50 | p95 | p99 | sent | sent/answer | billed/answer | answered 429 | early sends | parked at deadline |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range results {
+		fmt.Fprintf(&b, "| %s | %s (%d) | %d | %d | %s | %s | %s | %d | %s | %s | %d | %d | %d |\n",
+			r.Strategy, percent(r.Answered, r.Requests), r.Answered, r.ByPrimary, r.BySecond,
+			seconds(r.P50), seconds(r.P95), seconds(r.P99),
+			r.Sent, ratio(r.SentPerAnswer(), r.Answered), ratio(r.BilledPerAnswer(), r.Answered),
+			r.Got429, r.Early, r.Parked)
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// percent formats n of total as a percentage with one decimal.
+func percent(n, total int) string {
+	if total == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(total))
+}
+
+// seconds formats a duration in seconds with one decimal.
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%.1f s", d.Seconds())
+}
+
+// ratio formats a per-answer figure, or "-" when nothing was answered.
+func ratio(x float64, answered int) string {
+	if answered == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+// Report writes the whole report: how it was made, then for each scenario
+// its table, its picture (svgs names the SVG file of scenario i; empty
+// leaves pictures out) and where llmretry stands against its targets.
+func Report(w io.Writer, seed uint64, scenarios []Scenario, results [][]*Result, svgs func(i int) string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Outcomes under outage (seed %d)\n\n", seed)
+	b.WriteString("Written by `cd bench && go test ./outage -run TestWriteReport -update`: every scenario played in virtual time (testing/synctest) against every strategy; the same seed gives these tables byte for byte.\n\n")
+	b.WriteString("Columns: answered within the deadline (all answers when there is none), by which provider; time from arrival to answer (nearest rank, over the answered); requests that reached a provider; billed = answers, truncations and generations cut by a timeout; requests answered 429; early sends = requests sent to a provider before the retry-after it gave that caller ran out; parked = callers in a wait, with no request in flight, when their deadline passed.\n\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	for i := range scenarios {
+		if err := WriteMarkdown(w, i+1, &scenarios[i], results[i]); err != nil {
+			return err
+		}
+		var s strings.Builder
+		if svgs != nil {
+			fmt.Fprintf(&s, "![%s: answers and requests sent over time](%s)\n\n", scenarios[i].Name, svgs(i))
+		}
+		for _, line := range targets(&scenarios[i], results[i]) {
+			s.WriteString("- " + line + "\n")
+		}
+		s.WriteString("\n")
+		if _, err := io.WriteString(w, s.String()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// invariants returns what llmretry must never do and did in one
+// scenario: an early send or a parked caller, with or without the
+// Breaker, and, with the Breaker, fewer answers than any peer. These are
+// counts, not timings, so a test can fail on them.
+func invariants(results []*Result) []string {
+	var broken []string
+	for _, r := range results {
+		if r.Peer {
+			continue
+		}
+		if r.Early > 0 {
+			broken = append(broken, fmt.Sprintf("%s: %d early sends, want 0", r.Strategy, r.Early))
+		}
+		if r.Parked > 0 {
+			broken = append(broken, fmt.Sprintf("%s: %d callers parked at their deadline, want 0", r.Strategy, r.Parked))
+		}
+		if !r.Breaker {
+			continue
+		}
+		for _, p := range results {
+			if p.Peer && p.Answered > r.Answered {
+				broken = append(broken, fmt.Sprintf("%s: answered %d, fewer than %s's %d", r.Strategy, r.Answered, p.Strategy, p.Answered))
+			}
+		}
+	}
+	return broken
+}
+
+// targets says, in one line each, where llmretry with its Breaker stands
+// against the issue's targets in one scenario.
+func targets(sc *Scenario, results []*Result) []string {
+	var lines []string
+	mark := func(ok bool, what string) {
+		state := "met"
+		if !ok {
+			state = "MISSED"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s", state, what))
+	}
+	var br *Result
+	for _, r := range results {
+		switch {
+		case r.Breaker:
+			br = r
+		case !r.Peer:
+			mark(r.Early == 0 && r.Parked == 0, fmt.Sprintf("%s: %d early sends, %d parked at their deadline", r.Strategy, r.Early, r.Parked))
+		}
+	}
+	if br == nil {
+		return append(lines, "not yet measured: the targets of llmretry + Breaker (not in this build)")
+	}
+	var fewer, slower, costlier []string
+	asMany := 0 // peers that answered at least as many
+	for _, p := range results {
+		if !p.Peer {
+			continue
+		}
+		if p.Answered > br.Answered {
+			fewer = append(fewer, fmt.Sprintf("%s %d", p.Strategy, p.Answered))
+		}
+		if p.Answered >= br.Answered && p.Answered > 0 {
+			asMany++
+			if p.P95 < br.P95 {
+				slower = append(slower, fmt.Sprintf("%s %s", p.Strategy, seconds(p.P95)))
+			}
+			if p.SentPerAnswer() < br.SentPerAnswer() {
+				costlier = append(costlier, fmt.Sprintf("%s %.2f", p.Strategy, p.SentPerAnswer()))
+			}
+		}
+	}
+	mark(len(fewer) == 0, fmt.Sprintf("%s: answered %d ≥ every peer's%s", br.Strategy, br.Answered, against(fewer)))
+	if asMany == 0 {
+		lines = append(lines, fmt.Sprintf("met: %s: p95 %s and sent per answer %.2f (no peer answered as many)", br.Strategy, seconds(br.P95), br.SentPerAnswer()))
+	} else {
+		mark(len(slower) == 0, fmt.Sprintf("%s: p95 %s ≤ that of every peer that answered as many%s", br.Strategy, seconds(br.P95), against(slower)))
+		mark(len(costlier) == 0, fmt.Sprintf("%s: sent per answer %.2f ≤ that of every peer that answered as many%s", br.Strategy, br.SentPerAnswer(), against(costlier)))
+	}
+	mark(br.Early == 0 && br.Parked == 0, fmt.Sprintf("%s: %d early sends, %d parked at their deadline", br.Strategy, br.Early, br.Parked))
+	if sc.Name == "rate-limit" {
+		best := -1
+		for _, p := range results {
+			if p.Peer && (best < 0 || p.Got429 < best) {
+				best = p.Got429
+			}
+		}
+		mark(2*br.Got429 <= best, fmt.Sprintf("%s: %d requests answered 429, at most half the best peer's %d", br.Strategy, br.Got429, best))
+	}
+	return lines
+}
+
+// against lists the peers a target was missed against.
+func against(peers []string) string {
+	if len(peers) == 0 {
+		return ""
+	}
+	return " (against " + strings.Join(peers, ", ") + ")"
+}

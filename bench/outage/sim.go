@@ -1,0 +1,408 @@
+package outage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing/synctest"
+	"time"
+)
+
+// How long a provider takes to fail: the issue's figures.
+const (
+	fail503 = 500 * time.Millisecond
+	fail429 = 200 * time.Millisecond
+)
+
+// idHeader carries the request's number from the strategy to the
+// provider: the request's identity decides its truncation, and the caller's
+// identity keeps the retry-after each caller was given.
+const idHeader = "X-Outage-Request"
+
+// Phase is one stretch of a provider's script. A request sent before
+// Until (measured from the start of the run) gets the phase's answer;
+// after the last phase the provider is healthy.
+type Phase struct {
+	Until      time.Duration
+	Status     int           // 503 or 429; 0 for a hang
+	RetryAfter time.Duration // the Retry-After header, in whole seconds; 0: none
+	Hang       time.Duration // with Status 0: the request answers 200 after this long
+}
+
+// Provider is the script of one backend.
+type Provider struct {
+	Name     string
+	Answer   time.Duration // how long a healthy answer takes
+	Phases   []Phase
+	Rate     float64 // token bucket: tokens per second; 0 means no rate limit
+	Burst    int     // token bucket: its size, full at the start
+	Truncate float64 // the share of requests this provider cuts off at the budget
+}
+
+// Scenario is one scripted outage.
+type Scenario struct {
+	Name     string
+	About    string        // one line for the report
+	Requests int           // how many callers
+	Over     time.Duration // arrivals are uniform at seeded random times in [0, Over)
+	Deadline time.Duration // each caller's deadline from its arrival; 0 means none
+	Primary  Provider
+	Second   Provider
+}
+
+// caller is one request's life, as the providers saw it. The dispatcher
+// writes the fields during the run; the report reads them after.
+type caller struct {
+	id       int
+	arrive   time.Duration // from the start of the run
+	deadline time.Duration // absolute, from the start; 0 means none
+
+	raUntil [2]time.Duration // when the last retry-after each provider gave this caller runs out
+	early   int              // requests sent before that
+	flights []flight         // every request sent, in order
+
+	done       time.Duration // when the strategy returned
+	answered   bool
+	by         int // which provider answered
+	answeredAt time.Duration
+}
+
+// flight is one request: sent at send, ended (answered or cut) at end.
+type flight struct{ send, end time.Duration }
+
+// world is one run of one scenario with one strategy: the providers, the
+// callers, the dispatcher and the counters.
+type world struct {
+	seed  uint64
+	t0    time.Time
+	provs [2]*provider
+	calls []*caller
+
+	// The dispatcher's queue. Goroutines append and wait; the dispatcher
+	// runs the queue at each instant once everyone else is blocked.
+	mu    sync.Mutex
+	queue []*event
+	wake  chan struct{}
+
+	// Counters, written only by the dispatcher.
+	sent     [2]int
+	got429   int
+	billed   int
+	sentBins []int // requests sent per bin
+	ansBins  []int // answers per bin
+}
+
+// bin is the width of the time series that the SVGs draw.
+const bin = 10 * time.Second
+
+// event is one thing a provider must decide in caller order.
+type event struct {
+	c    *caller
+	prov int
+	fn   func()
+	done chan struct{}
+}
+
+// now is the time since the start of the run on the bubble's clock.
+func (w *world) now() time.Duration { return time.Since(w.t0) }
+
+// do runs fn on the dispatcher, at this instant, after every goroutine the
+// instant woke has run, in caller order; it returns when fn has run.
+func (w *world) do(c *caller, prov int, fn func()) {
+	ev := &event{c: c, prov: prov, fn: fn, done: make(chan struct{})}
+	w.mu.Lock()
+	w.queue = append(w.queue, ev)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default: // the dispatcher is already woken
+	}
+	<-ev.done
+}
+
+// dispatch is the dispatcher: it waits until every other goroutine of the
+// bubble is blocked, so that everything due at this instant (answers,
+// deadlines, retries) has happened, then runs the queue in caller order.
+func (w *world) dispatch(stop <-chan struct{}) {
+	for {
+		select {
+		case <-w.wake:
+		case <-stop:
+			return
+		}
+		synctest.Wait()
+		w.mu.Lock()
+		q := w.queue
+		w.queue = nil
+		w.mu.Unlock()
+		// One caller has one goroutine, so it has at most one event in an
+		// instant's queue; the stable sort keeps any tie as queued.
+		slices.SortStableFunc(q, func(a, b *event) int {
+			if a.c.id != b.c.id {
+				return a.c.id - b.c.id
+			}
+			return a.prov - b.prov
+		})
+		for _, ev := range q {
+			ev.fn()
+			close(ev.done)
+			// Let this caller run until it blocks again before the next
+			// one goes, so that what it does next (tell a breaker how its
+			// request went, pick its next wait) happens in caller order
+			// too, not in whatever order the scheduler runs them.
+			synctest.Wait()
+		}
+	}
+}
+
+// provider is a scripted backend: an http.RoundTripper.
+type provider struct {
+	*Provider
+	w      *world
+	index  int
+	tokens float64       // the bucket's tokens at last
+	last   time.Duration // when tokens was computed
+}
+
+// outcome is what the provider decided for one request when it arrived.
+type outcome struct {
+	status     int
+	retryAfter time.Duration
+	latency    time.Duration
+	generating bool // the request produces tokens: billed when answered or cut
+	truncated  bool
+}
+
+// admit decides a request from c that arrives now. It runs on the
+// dispatcher.
+func (p *provider) admit(c *caller, now time.Duration) outcome {
+	for _, ph := range p.Phases {
+		if now >= ph.Until {
+			continue
+		}
+		switch {
+		case ph.Status == http.StatusTooManyRequests:
+			return outcome{status: ph.Status, retryAfter: ph.RetryAfter, latency: fail429}
+		case ph.Status != 0:
+			return outcome{status: ph.Status, retryAfter: ph.RetryAfter, latency: fail503}
+		default:
+			return outcome{status: http.StatusOK, latency: ph.Hang, generating: true}
+		}
+	}
+	if p.Rate > 0 {
+		p.tokens = min(float64(p.Burst), p.tokens+p.Rate*(now-p.last).Seconds())
+		p.last = now
+		if p.tokens < 1 {
+			// Retry-After carries whole seconds: round the time to the
+			// next token up, so that a caller who honours it finds one.
+			next := (1 - p.tokens) / p.Rate
+			return outcome{status: http.StatusTooManyRequests, retryAfter: time.Duration(math.Ceil(next)) * time.Second, latency: fail429}
+		}
+		p.tokens--
+	}
+	return outcome{status: http.StatusOK, latency: p.Answer, generating: true, truncated: p.truncates(c.id)}
+}
+
+// truncates reports whether this provider cuts request id off at its
+// completion budget: a seeded hash of the request, so the same request is
+// cut off every time it is sent here.
+func (p *provider) truncates(id int) bool {
+	if p.Truncate <= 0 {
+		return false
+	}
+	r := rand.New(rand.NewPCG(p.w.seed^0x7472756e63617465, uint64(id)*2+uint64(p.index)))
+	return r.Float64() < p.Truncate
+}
+
+// RoundTrip plays one request. It returns at once with the context's
+// error when the context ends first, as net/http does.
+func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+	w := p.w
+	id, err := strconv.Atoi(req.Header.Get(idHeader))
+	if err != nil || id < 0 || id >= len(w.calls) {
+		return nil, fmt.Errorf("outage: request without a valid %s header", idHeader)
+	}
+	c := w.calls[id]
+	ctx := req.Context()
+
+	var o outcome
+	var send time.Duration
+	var refused error
+	fi := -1 // this request's index in c.flights
+	w.do(c, p.index, func() {
+		if err := ctx.Err(); err != nil {
+			refused = err // the deadline came first: nothing was sent
+			return
+		}
+		send = w.now()
+		o = p.admit(c, send)
+		w.sent[p.index]++
+		w.count(&w.sentBins, send)
+		if send < c.raUntil[p.index] {
+			c.early++
+		}
+		fi = len(c.flights)
+		c.flights = append(c.flights, flight{send: send, end: -1})
+	})
+	if refused != nil {
+		return nil, refused
+	}
+
+	t := time.NewTimer(o.latency)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	var cut error
+	w.do(c, p.index, func() {
+		end := w.now()
+		c.flights[fi].end = end
+		// An answer due at the very instant the context ends is cut: the
+		// dispatcher sees both, whatever order they woke in.
+		if err := ctx.Err(); err != nil {
+			cut = err
+			if o.generating {
+				w.billed++
+			}
+			return
+		}
+		if o.generating {
+			w.billed++
+		}
+		if o.status == http.StatusTooManyRequests {
+			w.got429++
+		}
+		if o.retryAfter > 0 {
+			c.raUntil[p.index] = max(c.raUntil[p.index], end+o.retryAfter)
+		}
+	})
+	if cut != nil {
+		return nil, cut
+	}
+	return p.response(req, o), nil
+}
+
+// response builds the HTTP response for an outcome: a chat completion for
+// 200, an error body otherwise.
+func (p *provider) response(req *http.Request, o outcome) *http.Response {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	var body string
+	if o.status == http.StatusOK {
+		finish := "stop"
+		if o.truncated {
+			finish = "length"
+		}
+		body = `{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"` + p.Name +
+			`","choices":[{"index":0,"message":{"role":"assistant","content":"answer"},"finish_reason":"` + finish +
+			`","logprobs":null}],"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`
+	} else {
+		if o.retryAfter > 0 {
+			h.Set("Retry-After", strconv.Itoa(int(o.retryAfter/time.Second)))
+		}
+		body = `{"error":{"message":"` + http.StatusText(o.status) + `","type":"server_error","code":null,"param":null}}`
+	}
+	return &http.Response{
+		Status:        strconv.Itoa(o.status) + " " + http.StatusText(o.status),
+		StatusCode:    o.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+// count adds one to the bin of time at.
+func (w *world) count(bins *[]int, at time.Duration) {
+	i := int(at / bin)
+	for len(*bins) <= i {
+		*bins = append(*bins, 0)
+	}
+	(*bins)[i]++
+}
+
+// arrivals returns n seeded random arrival times in [0, over), sorted, so
+// that request numbers follow arrival order.
+func arrivals(seed uint64, n int, over time.Duration) []time.Duration {
+	r := rand.New(rand.NewPCG(seed, 0x6172726976616c73))
+	at := make([]time.Duration, n)
+	for i := range at {
+		at[i] = time.Duration(r.Int64N(int64(over)))
+	}
+	slices.Sort(at)
+	return at
+}
+
+// do is a strategy's call: send request id through the library as set up
+// for this run, and report which provider answered.
+type doFunc func(ctx context.Context, id int) (by int, err error)
+
+// play runs one scenario with one strategy inside the current synctest
+// bubble and returns what happened.
+func play(sc *Scenario, st Strategy, seed uint64) *Result {
+	w := &world{seed: seed, t0: time.Now(), wake: make(chan struct{}, 1)}
+	for i, spec := range []*Provider{&sc.Primary, &sc.Second} {
+		w.provs[i] = &provider{Provider: spec, w: w, index: i, tokens: float64(spec.Burst)}
+	}
+	at := arrivals(seed, sc.Requests, sc.Over)
+	w.calls = make([]*caller, len(at))
+	for i, a := range at {
+		w.calls[i] = &caller{id: i, arrive: a, by: -1}
+		if sc.Deadline > 0 {
+			w.calls[i].deadline = a + sc.Deadline
+		}
+	}
+	stop := make(chan struct{})
+	go w.dispatch(stop)
+
+	e := &Env{seed: seed, deadline: sc.Deadline > 0}
+	for i, p := range w.provs {
+		e.transports[i] = p
+		e.urls[i] = "http://" + strings.ToLower(p.Name) + ".invalid/v1/"
+	}
+	do := st.build(e)
+
+	finished := make(chan struct{})
+	for _, c := range w.calls {
+		go func() {
+			defer func() { finished <- struct{}{} }()
+			time.Sleep(c.arrive)
+			ctx := context.Background()
+			if sc.Deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, sc.Deadline)
+				defer cancel()
+			}
+			by, err := do(ctx, c.id)
+			now := w.now()
+			// The answer is recorded on the dispatcher so that the bins
+			// are written by one goroutine.
+			w.do(c, 2, func() {
+				c.done = now
+				if err == nil {
+					c.answered, c.by, c.answeredAt = true, by, now
+					w.count(&w.ansBins, now)
+				}
+			})
+		}()
+	}
+	for range w.calls {
+		<-finished
+	}
+	close(stop)
+	return w.result(st)
+}

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// deadLine is one line of dead-letters.jsonl, as a reader decodes it.
+type deadLine struct {
+	ID    string `json:"id"`
+	Runs  int    `json:"runs"`
+	Error struct {
+		Outcome       string            `json:"outcome"`
+		ItemRetryable bool              `json:"item_retryable"`
+		Error         string            `json:"error"`
+		Attempts      []json.RawMessage `json:"attempts"`
+	} `json:"error"`
+}
+
+// readDead decodes dead-letters.jsonl in the current directory, one
+// valid JSON object per line, by ID.
+func readDead(t *testing.T) map[string]deadLine {
+	t.Helper()
+	f, err := os.Open(deadFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dead := map[string]deadLine{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var d deadLine
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&d); err != nil {
+			t.Fatalf("line %.80q…: %v", sc.Text(), err)
+		}
+		if _, dup := dead[d.ID]; dup {
+			t.Errorf("item %s has two dead letters", d.ID)
+		}
+		dead[d.ID] = d
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return dead
+}
+
+// TestRun plays the whole demo, as go run does, in a temporary directory:
+// the counts add up to 1,000, every long item is a truncated dead letter
+// after one run, every broken one an exhausted dead letter after three,
+// and the file has one valid JSON line per dead item.
+func TestRun(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var buf bytes.Buffer
+	counts, err := run(context.Background(), &buf, false)
+	out := buf.String()
+	if err != nil {
+		t.Fatalf("run() error = %v, want nil; output:\n%s", err, out)
+	}
+	if counts.Total() != items || counts.NotRun != 0 {
+		t.Errorf("run() counts = %+v, want %d in all, none not run", counts, items)
+	}
+	dead := readDead(t)
+	if len(dead) != counts.Dead {
+		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), deadFile, counts.Dead)
+	}
+	for i := 1; i <= items; i++ {
+		id := "ticket-" + leftPad(i)
+		d, ok := dead[id]
+		switch part(i) {
+		case "-long":
+			if !ok || d.Runs != 1 || d.Error.Outcome != "truncated" || d.Error.ItemRetryable || len(d.Error.Attempts) == 0 {
+				t.Errorf("dead letter of long item %s = %+v, %t; want truncated after 1 run, with its attempts", id, d, ok)
+			}
+		case "-broken":
+			if !ok || d.Runs != 3 || d.Error.Outcome != "exhausted" || !d.Error.ItemRetryable {
+				t.Errorf("dead letter of broken item %s = %+v, %t; want exhausted after 3 runs", id, d, ok)
+			}
+		}
+	}
+	for _, want := range []string{`Done in [0-9.]+s: \d+ succeeded`, `written to dead-letters\.jsonl`, `(?m)^  truncated +25 `} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("output lacks %q; output:\n%s", want, out)
+		}
+	}
+}
+
+// Cut short, the demo counts the items it could not finish as not run,
+// never as dead, and the file still has a line per dead item.
+func TestRunCancelled(t *testing.T) {
+	t.Chdir(t.TempDir())
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var buf bytes.Buffer
+	counts, err := run(ctx, &buf, false)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("run() error = %v, want context.DeadlineExceeded", err)
+	}
+	if counts.Total() == 0 || counts.Total() > items || counts.NotRun == 0 {
+		t.Errorf("run() counts = %+v, want some items ended and some not run", counts)
+	}
+	if dead := readDead(t); len(dead) != counts.Dead {
+		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), deadFile, counts.Dead)
+	}
+	if want := strconv.Itoa(counts.NotRun) + " items were cut short"; !strings.Contains(buf.String(), want) {
+		t.Errorf("output lacks %q; output:\n%s", want, buf.String())
+	}
+}
+
+func leftPad(i int) string {
+	s := strconv.Itoa(i)
+	return strings.Repeat("0", 4-len(s)) + s
+}
