@@ -287,7 +287,10 @@ func unfinished(msg, text string) error {
 // retry-after, retry-after-ms and x-should-retry count). Its cause is an
 // error that unwraps to the *anthropic.Error and whose message gives the
 // provider's error type, message and request id (the request-id header),
-// as in "anthropicretry: overloaded_error: Overloaded (request-id req_1)".
+// passed through [llmretry.Redact]:
+//
+//	anthropicretry: overloaded_error: Overloaded (request-id req_1)
+//
 // authentication_error, permission_error and not_found_error are rejected
 // whatever the headers say: no retry fixes a key or a model name.
 //
@@ -354,8 +357,8 @@ var streamErrors = map[anthropic.ErrorType]struct {
 }
 
 // apiError is the cause of a mapped API error: a one-line message with
-// what the provider said, over the SDK's own error. The SDK's message
-// holds the request URL and the whole body instead.
+// what the provider said, redacted, over the SDK's own error. The SDK's
+// message holds the request URL and the whole body instead.
 type apiError struct {
 	err      *anthropic.Error
 	inStream bool
@@ -385,7 +388,8 @@ func (e *apiError) Error() string {
 		b.WriteString(e.err.RequestID)
 		b.WriteString(")")
 	}
-	return b.String()
+	// Providers echo what they were sent, keys and URLs among it.
+	return llmretry.Redact(b.String())
 }
 
 // Unwrap returns the SDK's error, for errors.As to *anthropic.Error.

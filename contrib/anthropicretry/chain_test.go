@@ -323,8 +323,8 @@ func TestRetryAfterBeyondMaxWaitFallsOver(t *testing.T) {
 				t.Errorf("answer = %q, want %q", answer.Text, "from b")
 			}
 			checkKinds(t, records, "claude-a transient", "claude-b ok")
-			if got := records[0].RetryIn; got != 0 {
-				t.Errorf("a's RetryIn = %v, want 0: a 60s hint is beyond MaxWait", got)
+			if got := records[0]; got.Why != llmretry.WhyMaxWait || got.RetryAfter != time.Minute {
+				t.Errorf("a's record says why %q, retry-after %v; want %q, 1m0s", got.Why, got.RetryAfter, llmretry.WhyMaxWait)
 			}
 			matchLog(t, records, err, srv)
 		})
@@ -370,9 +370,7 @@ func TestContextLengthFallsOverAtOnce(t *testing.T) {
 			if msg := records[0].Err.Error(); !strings.Contains(msg, "prompt is too long") {
 				t.Errorf("record error %q, want the provider's message", msg)
 			}
-			if !coreAdvisesOnRejections() {
-				t.Log("TEMPORARY: the core on this branch does not yet advise on an all-rejected Exhausted; RetryItem not checked")
-			} else if llmretry.RetryItem(err) {
+			if llmretry.RetryItem(err) {
 				t.Errorf("RetryItem(%v) = true, want false: every backend rejected the prompt as too long", err)
 			}
 			matchLog(t, records, err, srv)
@@ -624,13 +622,6 @@ func TestStatusesReachRecords(t *testing.T) {
 			matchLog(t, records, err, srv)
 		})
 	}
-}
-
-// coreAdvisesOnRejections reports whether the core's Exhausted itself
-// advises against re-running an item that every backend rejected.
-// TEMPORARY: the core that does is being merged; remove with it.
-func coreAdvisesOnRejections() bool {
-	return !llmretry.RetryItem(&llmretry.Exhausted{Attempts: []llmretry.Attempt{{Kind: llmretry.KindRejected, Err: errors.New("400")}}})
 }
 
 // A stream that sends its stop_reason but never message_stop was still

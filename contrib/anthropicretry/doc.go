@@ -44,8 +44,9 @@
 //
 // An API error becomes a [*llmretry.Failure] with the HTTP status, the
 // server's retry-after hint and x-should-retry, and a message naming the
-// provider's error type and message and the request id; errors.As still
-// finds the *anthropic.Error beneath it. 429, 5xx and 529 (overloaded) are
+// provider's error type and message and the request id, with keys and
+// URL secrets redacted; errors.As still finds the *anthropic.Error
+// beneath it. 429, 5xx and 529 (overloaded) are
 // transient and retried; other 4xx, among them a prompt too long for the
 // model, are rejected and fall over at once. An error event inside a
 // stream that began with 200 is recorded with the status its type stands

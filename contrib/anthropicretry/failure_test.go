@@ -80,6 +80,8 @@ func TestFailureAPIErrors(t *testing.T) {
 			mapped{llmretry.KindRejected, 404, 0, "http 404: anthropicretry: not_found_error: model: claude-nope (request-id req_7)"}},
 		{"not_json_no_id", 502, nil, "<html>Bad Gateway</html>",
 			mapped{llmretry.KindTransient, 502, 0, "http 502: anthropicretry: error: Bad Gateway"}},
+		{"key_echoed", 401, id(), errorBody("authentication_error", "invalid x-api-key sk-ant-api03-abcdefghijklmnop"),
+			mapped{llmretry.KindRejected, 401, 0, "http 401: anthropicretry: authentication_error: invalid x-api-key REDACTED (request-id req_7)"}},
 		{"multi_line_message", 400, id(), errorBody("invalid_request_error", "first\nsecond"),
 			mapped{llmretry.KindRejected, 400, 0, "http 400: anthropicretry: invalid_request_error: first second (request-id req_7)"}},
 		{"stream_overloaded", 200, id(), errorBody("overloaded_error", "Overloaded"),
