@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -107,6 +108,11 @@ func TestFailureAPIErrors(t *testing.T) {
 			got := mapped{f.Kind, f.Status, f.RetryAfter, f.Error()}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Failure() mismatch (-want +got):\n%s", diff)
+			}
+			// The cause is a field of its own, printed apart from the
+			// Failure by whoever reads it.
+			if msg := f.Err.Error(); strings.Contains(msg, "sk-ant-") {
+				t.Errorf("Failure().Err = %q, want any key redacted", msg)
 			}
 			if k := llmretry.Classify(err); k != tc.want.Kind {
 				t.Errorf("Classify(Failure()) = %v, want %v", k, tc.want.Kind)
