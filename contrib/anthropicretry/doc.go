@@ -1,0 +1,74 @@
+// Package anthropicretry provides [llmretry] Backends for the official Go
+// SDK of Anthropic's Messages API (github.com/anthropics/anthropic-sdk-go),
+// so that a Chain can retry Claude models, fall over between them, and fall
+// over to and from other providers' models, all answering with a
+// [llmretry.Completion]:
+//
+//	claude := anthropicretry.Messages(client, "claude-sonnet-4-5", build)
+//	claude.Retry = llmretry.Policy{Waits: []time.Duration{time.Second, 5 * time.Second}}
+//	chain := &llmretry.Chain[Prompt, llmretry.Completion]{
+//		Backends: []llmretry.Backend[Prompt, llmretry.Completion]{claude, fallback},
+//	}
+//	answer, err := chain.Do(ctx, prompt)
+//
+// [Messages] sends one request and waits for the whole answer;
+// [MessagesStream] streams it and hands the text to a callback as it comes.
+// [Failure] maps the SDK's errors, for a Backend of your own.
+//
+// # Retries and timeouts
+//
+// The chain owns every retry. Each Call sends exactly one HTTP request,
+// with the SDK's retries turned off for that request whatever the client
+// was built with, so that a policy of three tries costs three requests
+// and each one has its record.
+//
+// Do not set the SDK's per-request timeout (option.WithRequestTimeout) for
+// these Backends. Under it the SDK retries on its own (it counts a
+// timed-out request as a dropped connection) and sleeps out retry-after
+// hints where the chain can neither see nor cap them, and on a stream it
+// cuts a healthy answer that outlasts it. Calls made by this package
+// override it: a non-streaming request gets the time left before the
+// attempt's deadline, a stream none. Bound an attempt with
+// Backend.Timeout, and end a stream that stops sending text with
+// Backend.StallTimeout.
+//
+// The SDK refuses a non-streaming request that may run longer than ten
+// minutes (a large max_tokens for the model) unless it has a request
+// timeout. With a deadline on the context, or a Backend.Timeout, the
+// Backend passes the time left and the request is sent; without one, the
+// attempt fails at once, without a request, with a rejected configuration
+// error that wraps [llmretry.ErrConfig], advises [llmretry.RetryItem]
+// false and names [MessagesStream], the better choice for long answers.
+//
+// # Errors
+//
+// An API error becomes a [*llmretry.Failure] with the HTTP status, the
+// server's retry-after hint and x-should-retry, and a message naming the
+// provider's error type and message and the request id, with keys and
+// URL secrets redacted; errors.As still finds the *anthropic.Error
+// beneath it. 429, 5xx and 529 (overloaded) are
+// transient and retried; other 4xx, among them a prompt too long for the
+// model, are rejected and fall over at once. An error event inside a
+// stream that began with 200 is recorded with the status its type stands
+// for (529 for overloaded_error). Dropped and refused connections are left
+// to [llmretry.Classify], which calls them transient.
+//
+// An answer cut off at max_tokens is a truncation, which falls over at
+// once and ends the chain with a *llmretry.Truncated whose records keep the
+// partial text. An answer with neither text nor tool use is a parse
+// failure, retried because another sample may differ.
+//
+// # Streaming
+//
+// A stream counts as an answer only when it ends with message_stop after a
+// stop_reason; one that is cut, or ends cleanly before that, is a
+// transient failure whose record keeps the text received so far. Once the
+// first text has reached the caller, the attempt is marked with
+// [llmretry.Delivered], so a failure after that is returned at once rather
+// than sent again or taken to the next backend.
+//
+// # Concurrency
+//
+// The Backends keep no state between calls; they are safe for concurrent
+// use as long as the build and emit functions given to them are.
+package anthropicretry

@@ -1,0 +1,58 @@
+package anthropicretry_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/llmretry/llmretry/llmretrytest"
+)
+
+// stall is the StallTimeout of these tests: long enough that a loaded
+// machine running -race still delivers a chunk within it, short enough for
+// a quick suite.
+const stall = 500 * time.Millisecond
+
+func TestStallTimeout(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		stream    bool
+		step      llmretrytest.Step
+		want      []string // the records' kinds
+		delivered bool     // the first record's Delivered
+		raw       string   // the first record's RawText, "" for none
+	}{
+		// Nothing arrives: the attempt is ended and tried again.
+		{"json_no_headers", false, llmretrytest.StallHeaders(), []string{"claude-a timeout", "claude-a ok"}, false, ""},
+		{"stream_before_text", true, llmretrytest.StreamStall(0), []string{"claude-a timeout", "claude-a ok"}, false, ""},
+		// The caller holds two chunks: the stall ends the chain.
+		{"stream_after_text", true, llmretrytest.StreamStall(2), []string{"claude-a timeout"}, true, "chunk1 chunk2 "},
+		// Text keeps coming for longer than StallTimeout, but never stops
+		// for that long: no stall.
+		{"stream_slow_but_steady", true, llmretrytest.Answer("one two three four five six seven eight nine ten").Every(stall / 5), []string{"claude-a ok"}, true, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := newServer(t)
+			srv.Script("claude-a", tc.step, llmretrytest.Answer("ok"))
+			b := mode{tc.name, tc.stream}.backend(newClient(srv), "claude-a", tiny, nil)
+			b.StallTimeout = stall
+			_, records, err := run(t.Context(), b)
+			checkKinds(t, records, tc.want...)
+			first := records[0]
+			if first.Delivered != tc.delivered {
+				t.Errorf("first record's Delivered = %v, want %v", first.Delivered, tc.delivered)
+			}
+			if first.Err != nil {
+				if first.Elapsed < stall || first.Elapsed > stall+5*time.Second {
+					t.Errorf("stalled attempt took %v, want about %v", first.Elapsed, stall)
+				}
+				if got := first.RawText; (got == nil) != (tc.raw == "") || got != nil && *got != tc.raw {
+					t.Errorf("RawText = %v, want %q", got, tc.raw)
+				}
+			}
+			matchLog(t, records, err, srv)
+		})
+	}
+}
