@@ -199,7 +199,7 @@ func classifyOther(err error) Kind {
 
 // netTimeout reports whether any net.Error in err's tree says Timeout.
 // errors.As would stop at the first net.Error, and a *url.Error over a
-// %w-wrapped timeout answers false for the timeout beneath it (STYLE §10).
+// %w-wrapped timeout answers false for the timeout beneath it.
 func netTimeout(err error) bool {
 	for err != nil {
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {

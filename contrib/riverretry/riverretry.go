@@ -161,7 +161,7 @@ func (a *Adapter) snooze(ctx context.Context, job *rivertype.JobRow, err error, 
 	}
 	if !json.Valid(md.LastSnooze.Error) {
 		// err holds none of the chain's typed errors: keep its text.
-		md.LastSnooze.Error, _ = json.Marshal(err.Error())
+		md.LastSnooze.Error, _ = json.Marshal(llmretry.Redact(err.Error()))
 	}
 	if river.MetadataSet(ctx, MetadataKey, md) != nil {
 		return nil, false
@@ -235,7 +235,7 @@ func (e *Error) Error() string {
 			return string(data)
 		}
 	}
-	return e.Err.Error()
+	return llmretry.Redact(e.Err.Error())
 }
 
 // Unwrap returns Err.
