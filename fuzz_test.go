@@ -61,7 +61,7 @@ func wantAmount(v string, unit time.Duration) (floor time.Duration, saturated, o
 // first, then retry-after as seconds or as an HTTP date; a hint is never
 // negative; a well-formed hint too long for a Duration is math.MaxInt64,
 // not a wrapped value; a date is the time until it (0 once past); and
-// StatusFailure's Kind is ClassifyStatus unless x-should-retry says
+// StatusFailure's Kind is ClassifyStatus's (as documented) unless x-should-retry says
 // "true" or "false", with RetryAfter what ParseRetryAfter reads.
 func FuzzParseRetryAfter(f *testing.F) {
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixNano()
@@ -85,6 +85,17 @@ func FuzzParseRetryAfter(f *testing.F) {
 	f.Add(503, "", "", "", true, int64(-62135596800), now) // year 1
 	f.Add(503, "", "Fri, 31 Dec 9999 23:59:59 GMT", "", false, int64(0), int64(math.MinInt64))
 	f.Add(200, "", "Thu, 01 Jan 1970 00:00:00 GMT", "", false, int64(0), int64(math.MaxInt64))
+	// Just past what a Duration holds, in each unit and in the fraction.
+	f.Add(503, "9223372036855", "", "", false, int64(0), now)
+	f.Add(503, "9223372036854.775808", "", "", false, int64(0), now)
+	f.Add(503, "9223372036854.9", "", "", false, int64(0), now)
+	f.Add(503, "", "9223372037", "", false, int64(0), now)
+	f.Add(503, "", "18446744073709551615", "", false, int64(0), now)
+	f.Add(503, "", "18446744073709551616", "", false, int64(0), now)
+	// The edges of ClassifyStatus's ranges.
+	for _, code := range []int{399, 400, 408, 425, 428, 499, 500, 599, 600} {
+		f.Add(code, "", "", "", false, int64(0), now)
+	}
 	f.Add(-1, "", "", "", false, int64(0), now)
 	f.Add(math.MaxInt, "", "", "", false, int64(0), now)
 	f.Fuzz(func(t *testing.T, code int, ms, ra, should string, date bool, dateUnix, nowNanos int64) {
@@ -125,7 +136,7 @@ func FuzzParseRetryAfter(f *testing.F) {
 			if fl.Status != code || fl.Err != cause || fl.RawText != nil {
 				t.Fatalf("StatusFailure(%d, %q, cause) = %+v, want Status %d, Err cause, no RawText", code, hdr, fl, code)
 			}
-			wantKind := llmretry.ClassifyStatus(code)
+			wantKind := statusKind(code)
 			if s := strings.TrimSpace(hdr.Get("X-Should-Retry")); asciiFold(s, "true") {
 				wantKind = llmretry.KindTransient
 			} else if asciiFold(s, "false") {
@@ -293,6 +304,12 @@ func FuzzAttemptJSON(f *testing.F) {
 		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fall_over", "not_retryable", true, true)
 	f.Add([]byte(`{"error":"Bearer abc sk-Zq81Lw02Xe93Rt64Yu75","start":"0000-01-01T00:00:00+00:01","next":"stop","why":"deadline"}`),
 		0, 1, 429, uint8(6), "m", "Authorization: Bearer abc", "", true, false, int64(math.MaxInt64), int16(1439), int64(999999), int64(1), int64(1), "stop", "cancelled", false, true)
+	// A Kind a custom Classify returned, outside the constants.
+	f.Add([]byte(`{"kind":"kind(200)","error":""}`),
+		0, 1, 0, uint8(200), "m", "", "", true, false, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "", false, false)
+	// A record of a failure with no error, which still keeps its Kind.
+	f.Add([]byte(`{"kind":"rejected","next":"fall_over","why":"not_retryable"}`),
+		0, 1, 400, uint8(5), "m", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "fall_over", "not_retryable", false, false)
 	f.Add([]byte(`{"elapsed_ms":9223372036854.7758075}`),
 		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false)
 	f.Add([]byte(`{"start":null,"kind":null,"error":null,"elapsed_ms":null,"model":"\ud800"}`),
@@ -403,7 +420,7 @@ var (
 	fuzzWhys  = []llmretry.Why{"", llmretry.WhyNotRetryable, llmretry.WhyWaitsUsed, llmretry.WhyReserve,
 		llmretry.WhyMaxWait, llmretry.WhyDelivered, llmretry.WhyDeadline, llmretry.WhyCancelled,
 		llmretry.WhyNested, llmretry.WhyBreaker}
-	fuzzStatuses = []int{0, 200, 400, 408, 409, 429, 500, 503, -1, 999}
+	fuzzStatuses = []int{0, 200, 400, 408, 409, 425, 429, 499, 500, 503, 599, 600, -1}
 )
 
 // fuzzAttempts builds up to six attempts from r, their texts taken from
@@ -472,6 +489,9 @@ func FuzzDeadLetterJSON(f *testing.F) {
 		uint8(0), "gpt|http 400: context too long|sk-Zq81Lw02Xe93Rt64Yu75Io86", "", false)
 	f.Add([]byte{2, 0, 0, 0, 3, 3, 1, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
 		uint8(1), "m|partial \xff output", "custom\nsummary https://u:p@h/", false)
+	// One truncated attempt, in a plain Exhausted: not worth running again.
+	f.Add([]byte{1, 0, 0, 0, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2},
+		uint8(0), "m|length", "", false)
 	f.Add([]byte{4, 2, 1, 1, 2, 7, 1, 0, 255, 255, 255, 255, 255, 255, 255, 255, 1, 1, 1, 1, 1, 1, 1, 1},
 		uint8(2), "a|b|c", "", true)
 	f.Add([]byte{1, 0, 0, 0, 6, 0, 0}, uint8(3), "x", "Bearer tok", true)
@@ -526,6 +546,9 @@ func FuzzDeadLetterJSON(f *testing.F) {
 		if want := llmretry.RetryItem(err); rec.ItemRetryable != want {
 			t.Errorf("item_retryable = %v, want RetryItem() = %v", rec.ItemRetryable, want)
 		}
+		if want := wantAdvice(rec.Outcome, attempts); rec.ItemRetryable != want {
+			t.Errorf("item_retryable = %v for %s, want %v as documented", rec.ItemRetryable, rec.Outcome, want)
+		}
 		if want := jsonString(err.Error()); rec.Error != want {
 			t.Errorf("error = %q, want %q", rec.Error, want)
 		}
@@ -575,6 +598,24 @@ func FuzzDeadLetterJSON(f *testing.F) {
 			t.Errorf("record does not re-encode stably:\nsecond %s\nthird  %s", again, third)
 		}
 	})
+}
+
+// wantAdvice is the documented ItemRetryable of each error type: false
+// for a Truncated, and for an Exhausted whose attempts were all rejected
+// or truncated; true otherwise.
+func wantAdvice(outcome string, attempts []llmretry.Attempt) bool {
+	switch outcome {
+	case "truncated":
+		return false
+	case "exhausted":
+		for _, a := range attempts {
+			if a.Kind != llmretry.KindRejected && a.Kind != llmretry.KindTruncated {
+				return true
+			}
+		}
+		return len(attempts) == 0
+	}
+	return true
 }
 
 // jsonValue decodes a JSON text generically, numbers kept as written.
@@ -675,64 +716,64 @@ func statusKind(code int) llmretry.Kind {
 }
 
 // fuzzLeaf builds an error that wraps nothing of interest, with its model.
-func fuzzLeaf(r *fuzzBytes) (error, errModel) {
+func fuzzLeaf(r *fuzzBytes) (errModel, error) {
 	switch r.pick(22) {
 	case 0:
-		return context.Canceled, errModel{canceled: true}
+		return errModel{canceled: true}, context.Canceled
 	case 1:
-		return context.DeadlineExceeded, errModel{timeout: true}
+		return errModel{timeout: true}, context.DeadlineExceeded
 	case 2:
-		return llmretry.ErrAttemptTimeout, errModel{timeout: true}
+		return errModel{timeout: true}, llmretry.ErrAttemptTimeout
 	case 3:
-		return llmretry.ErrStalled, errModel{timeout: true}
+		return errModel{timeout: true}, llmretry.ErrStalled
 	case 4:
-		return io.EOF, errModel{eof: true}
+		return errModel{eof: true}, io.EOF
 	case 5:
-		return io.ErrUnexpectedEOF, errModel{eof: true}
+		return errModel{eof: true}, io.ErrUnexpectedEOF
 	case 6:
 		errnos := []syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EPIPE, syscall.ENOENT, syscall.EINVAL}
 		e := errnos[r.pick(len(errnos))]
-		return e, errModel{errno: e}
+		return errModel{errno: e}, e
 	case 7:
 		// ETIMEDOUT's Timeout() is true: an Errno and a timeout at once.
-		return syscall.ETIMEDOUT, errModel{errno: syscall.ETIMEDOUT, timeout: true}
+		return errModel{errno: syscall.ETIMEDOUT, timeout: true}, syscall.ETIMEDOUT
 	case 8:
-		return &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("no route")}, errModel{op: "dial"}
+		return errModel{op: "dial"}, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("no route")}
 	case 9:
-		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, errModel{op: "dial", errno: syscall.ECONNREFUSED}
+		return errModel{op: "dial", errno: syscall.ECONNREFUSED}, &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	case 10:
-		return fuzzTimeout{true}, errModel{timeout: true}
+		return errModel{timeout: true}, fuzzTimeout{true}
 	case 11:
-		return fuzzTimeout{false}, errModel{}
+		return errModel{}, fuzzTimeout{false}
 	case 12:
 		t := r.pick(2) == 1
-		return &net.DNSError{Err: "lookup", Name: "api.example", IsTimeout: t}, errModel{timeout: t}
+		return errModel{timeout: t}, &net.DNSError{Err: "lookup", Name: "api.example", IsTimeout: t}
 	case 13:
 		k := llmretry.Kind(r.pick(9))
-		return &llmretry.Failure{Kind: k, Err: context.Canceled}, typedAs(k)
+		return typedAs(k), &llmretry.Failure{Kind: k, Err: context.Canceled}
 	case 14:
 		var nilFailure *llmretry.Failure
-		return nilFailure, typedAs(llmretry.KindUnknown)
+		return typedAs(llmretry.KindUnknown), nilFailure
 	case 15:
 		code := fuzzStatuses[r.pick(len(fuzzStatuses))]
-		return llmretry.StatusFailure(code, nil, io.EOF), typedAs(statusKind(code))
+		return typedAs(statusKind(code)), llmretry.StatusFailure(code, nil, io.EOF)
 	case 16:
 		attempts := fuzzAttempts(r, "a|b")
 		want := llmretry.KindUnknown
 		if n := len(attempts); n > 0 {
 			want = attempts[n-1].Kind
 		}
-		return &llmretry.Exhausted{Attempts: attempts}, typedAs(want)
+		return typedAs(want), &llmretry.Exhausted{Attempts: attempts}
 	case 17:
-		return &llmretry.Truncated{}, typedAs(llmretry.KindTruncated)
+		return typedAs(llmretry.KindTruncated), &llmretry.Truncated{}
 	case 18:
-		return &llmretry.TimedOut{Cause: context.Canceled}, typedAs(llmretry.KindTimeout)
+		return typedAs(llmretry.KindTimeout), &llmretry.TimedOut{Cause: context.Canceled}
 	case 19:
-		return &llmretry.Cancelled{Cause: context.DeadlineExceeded}, typedAs(llmretry.KindCancelled)
+		return typedAs(llmretry.KindCancelled), &llmretry.Cancelled{Cause: context.DeadlineExceeded}
 	case 20:
-		return llmretry.Truncation("partial"), typedAs(llmretry.KindTruncated)
+		return typedAs(llmretry.KindTruncated), llmretry.Truncation("partial")
 	}
-	return errors.New("something else"), errModel{}
+	return errModel{}, errors.New("something else")
 }
 
 // FuzzClassify builds errors by nesting leaves of every sort (context
@@ -751,10 +792,15 @@ func FuzzClassify(f *testing.F) {
 	f.Add([]byte{14, 0, 1, 2, 3})
 	f.Add([]byte{16, 3, 1, 0, 4, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0})
 	f.Add([]byte{10, 2, 11, 10, 12, 10, 13, 1})
+	f.Add([]byte{4})
+	f.Add([]byte{10, 5})
+	f.Add([]byte{7, 3})
+	f.Add([]byte{11, 9, 10})
+	f.Add([]byte{21, 7})
 	f.Add([]byte{5, 10, 7, 11, 0, 12, 9, 1})
 	f.Fuzz(func(t *testing.T, choices []byte) {
 		r := fuzzBytes(choices)
-		err, m := fuzzLeaf(&r)
+		m, err := fuzzLeaf(&r)
 		check := func(layer string) {
 			t.Helper()
 			if got, want := llmretry.Classify(err), m.kind(); got != want {
@@ -787,11 +833,11 @@ func FuzzClassify(f *testing.F) {
 				name, err, transparent = "OpError read", &net.OpError{Op: "read", Net: "tcp", Err: err}, false
 				m.op = "read"
 			case 8:
-				other, om := fuzzLeaf(&r)
+				om, other := fuzzLeaf(&r)
 				name, err, transparent = "Join(e, leaf)", errors.Join(err, other), false
 				m = m.join(om)
 			case 9:
-				other, om := fuzzLeaf(&r)
+				om, other := fuzzLeaf(&r)
 				name, err, transparent = "Join(leaf, e)", errors.Join(other, err), false
 				m = om.join(m)
 			case 10:
