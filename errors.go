@@ -272,7 +272,8 @@ func (s shieldedCause) As(target any) bool {
 
 // Exhaust returns the typed error for a chain whose attempts all failed,
 // by precedence: [*Truncated] when any attempt is [KindTruncated], else
-// [*TimedOut] when any is [KindTimeout], else [*Exhausted]. The error keeps
+// [*TimedOut] when any is [KindTimeout], else [*Exhausted]. Attempts a
+// breaker skipped count for neither: nothing was cut off or timed out. The error keeps
 // attempts as given; it is never nil.
 func Exhaust(attempts []Attempt) error {
 	return exhaust(attempts, false, nil)
