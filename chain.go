@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultReserve is the most time a wait must leave before the caller's
@@ -146,7 +147,18 @@ type Chain[Req, Resp any] struct {
 	// Attempt itself (its String, JSON and slog value are redacted) or
 	// pass the text through [Redact].
 	OnAttempt func(ctx context.Context, a Attempt)
+	// MaxRawText is the most bytes of a model's raw output that an
+	// attempt's record keeps: a broken server can send a gigabyte, and the
+	// records go into errors, logs and dead-letter tables. Longer output is
+	// cut at a character boundary and marked with " [llmretry: N bytes
+	// cut]". 0 means DefaultMaxRawText; negative means no limit. The
+	// backend's own Failure keeps its RawText whole.
+	MaxRawText int
 }
+
+// DefaultMaxRawText is how many bytes of a model's raw output a record
+// keeps when [Chain.MaxRawText] is zero.
+const DefaultMaxRawText = 64 << 10
 
 // configError is a configuration mistake: it wraps ErrConfig and advises
 // against re-running the item.
@@ -443,7 +455,7 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		return resp, a, end
 	}
 	kind, d := outcomeOf(err)
-	a.Status, a.RawText, a.RetryAfter = d.status, d.raw, d.hint
+	a.Status, a.RawText, a.RetryAfter = d.status, capRaw(d.raw, r.c.MaxRawText), d.hint
 	switch {
 	case end.ctxErr != nil:
 		// The caller's context ended the attempt, whatever the backend made
@@ -578,6 +590,23 @@ func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) bool 
 	case <-fire:
 	}
 	return true
+}
+
+// capRaw returns raw, or a copy cut to at most max bytes (0: the default;
+// negative: no limit) at a character boundary, with the cut marked.
+func capRaw(raw *string, max int) *string {
+	if max == 0 {
+		max = DefaultMaxRawText
+	}
+	if raw == nil || max < 0 || len(*raw) <= max {
+		return raw
+	}
+	n := max
+	for n > 0 && !utf8.RuneStart((*raw)[n]) {
+		n-- // do not split a character
+	}
+	cut := (*raw)[:n] + " [llmretry: " + strconv.Itoa(len(*raw)-n) + " bytes cut]"
+	return &cut
 }
 
 // callLimited sends one request under the attempt's own limits, Timeout for the

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmretry/llmretry"
 )
@@ -238,6 +239,51 @@ func TestDoStartsOnTheRealClock(t *testing.T) {
 						t.Errorf("attempt %d Start = %v, want no earlier than %v, when attempt %d ended", i+1, a.Start, end, i)
 					}
 				}
+			}
+		})
+	}
+}
+
+// A record keeps at most MaxRawText bytes of a model's output (64 KiB by
+// default), cut at a character boundary and marked; the backend's Failure
+// keeps it whole.
+func TestDoCapsRawText(t *testing.T) {
+	huge := strings.Repeat("é", 1<<20) // two bytes a character: 2 MiB
+	tests := []struct {
+		name     string
+		max      int
+		wantLen  int // bytes kept before the mark; -1: all
+		wantMark string
+	}{
+		{name: "default", max: 0, wantLen: 64 << 10, wantMark: " [llmretry: 2031616 bytes cut]"},
+		{name: "odd_limit_keeps_whole_characters", max: 5, wantLen: 4, wantMark: " [llmretry: 2097148 bytes cut]"},
+		{name: "no_limit", max: -1, wantLen: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := llmretry.ParseFailure(huge, errors.New("not JSON"))
+			c := &chain{
+				Backends:   []backend{{Model: "a", Call: func(context.Context, string) (string, error) { return "", f }}},
+				MaxRawText: tc.max,
+			}
+			_, err := c.Do(context.Background(), "hi")
+			attempts := exhausted(t, err)
+			raw := *attempts[0].RawText
+			if tc.wantLen < 0 {
+				if raw != huge {
+					t.Errorf("RawText has %d bytes, want all %d", len(raw), len(huge))
+				}
+				return
+			}
+			kept, mark := raw[:tc.wantLen], raw[tc.wantLen:]
+			if kept != huge[:tc.wantLen] || mark != tc.wantMark {
+				t.Errorf("RawText = %d bytes then %q, want %d bytes then %q", len(kept), mark, tc.wantLen, tc.wantMark)
+			}
+			if !utf8.ValidString(raw) {
+				t.Errorf("RawText is not valid UTF-8: a character was split")
+			}
+			if *f.RawText != huge {
+				t.Errorf("the backend's Failure.RawText was changed")
 			}
 		})
 	}
