@@ -122,9 +122,8 @@
 // Every attempt has an [Attempt] record: which backend and try, the Kind,
 // the HTTP status, the error, the model's raw output when there was some
 // (at most [Chain.MaxRawText] bytes of it, 64 KiB by default, the cut
-// marked),
-// the server's retry-after hint, when it started and how long it took, and
-// what the chain did next and why:
+// marked), the server's retry-after hint, when it started and how long it
+// took, and what the chain did next and why:
 //
 //	Next        meaning                                        Why
 //	retry       sent again to the same backend after RetryIn   (none)
