@@ -284,25 +284,12 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 				// happened during OnAttempt.
 				return zero, r.fail(end.ctxErr, end.cause)
 			}
-			if a.Next != NextRetry {
-				break
-			}
-			if !r.wait(b, wait) {
+			if a.Next != NextRetry || !r.wait(b, wait) {
 				break
 			}
 		}
-		if a := &r.attempts[len(r.attempts)-1]; a.Next == NextStop {
-			switch a.Why {
-			case WhyCancelled:
-				return zero, r.fail(ctx.Err(), context.Cause(ctx))
-			case WhyDeadline:
-				// Decided at the deadline, perhaps before the context's own
-				// timer has fired.
-				return zero, r.fail(context.DeadlineExceeded, context.Cause(ctx))
-			}
-			// Stopped for a reason of the chain's own: that decides the
-			// outcome, whatever the context did meanwhile.
-			return zero, r.fail(nil, nil)
+		if r.attempts[len(r.attempts)-1].Next == NextStop {
+			return zero, r.stopped()
 		}
 		r.fellOver(bi)
 	}
@@ -809,6 +796,22 @@ func (r *run[Req, Resp]) notify(a Attempt) {
 	if r.c.OnAttempt != nil {
 		r.c.OnAttempt(r.ctx, a)
 	}
+}
+
+// stopped is the error of a call whose last record says stop, after a
+// skip or a wait rather than an attempt: the record's reason decides it.
+func (r *run[Req, Resp]) stopped() error {
+	switch r.attempts[len(r.attempts)-1].Why {
+	case WhyCancelled:
+		return r.fail(r.ctx.Err(), context.Cause(r.ctx))
+	case WhyDeadline:
+		// Decided at the deadline, perhaps before the context's own timer
+		// has fired.
+		return r.fail(context.DeadlineExceeded, context.Cause(r.ctx))
+	}
+	// Stopped for a reason of the chain's own: that decides the outcome,
+	// whatever the context did meanwhile.
+	return r.fail(nil, nil)
 }
 
 // halt marks the last record as the one after which Do stopped, for why,
