@@ -55,6 +55,7 @@ type Breaker struct {
 	waiters []*breakerWaiter // calls waiting to send, the earliest-begun first
 	changed chan struct{}    // closed when the state changes; nil until a call waits on it
 	seq     uint64           // orders waiters whose calls began at the same time
+	opened  int              // times it has opened, for BreakerState.Opened
 }
 
 // BreakerState is a reading of a [Breaker], for dashboards.
@@ -64,6 +65,7 @@ type BreakerState struct {
 	Failures int       // consecutive retryable failures counted so far
 	Probing  bool      // a half-open probe is in flight
 	Kind     Kind      // the Kind of the failure that opened it; KindUnknown when closed
+	Opened   int       // times it went from closed or half-open to open since it was made: a counter for alerts
 }
 
 // State reads the breaker's state. A breaker past its open period is
@@ -72,9 +74,9 @@ func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.until.IsZero() {
-		return BreakerState{Failures: b.fails}
+		return BreakerState{Failures: b.fails, Opened: b.opened}
 	}
-	return BreakerState{Open: true, Until: b.until, Failures: b.fails, Probing: b.probing, Kind: b.kind}
+	return BreakerState{Open: true, Until: b.until, Failures: b.fails, Probing: b.probing, Kind: b.kind, Opened: b.opened}
 }
 
 // openPast reports whether the breaker will still be open at t, as far as
@@ -203,6 +205,10 @@ func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration,
 // open keeps the breaker open for at least d from now.
 func (b *Breaker) open(now time.Time, d time.Duration, kind Kind) {
 	until := now.Add(min(d, maxOpen))
+	if !now.Before(b.until) {
+		// Closed (a zero until) or half-open: this opens it.
+		b.opened++
+	}
 	if until.After(b.until) {
 		b.until, b.kind = until, kind
 	}
