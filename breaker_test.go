@@ -261,7 +261,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 					time.Sleep(sec)
 				}
 				n := len(tc.replies)
-				want := llmretry.BreakerState{Open: true, Until: lastEnd.Add(tc.cooldown), Failures: n, Kind: tc.wantKind}
+				want := llmretry.BreakerState{Open: true, Until: lastEnd.Add(tc.cooldown), Failures: n, Kind: tc.wantKind, Opened: 1}
 				if diff := cmp.Diff(want, tc.br.State()); diff != "" {
 					t.Fatalf("State() after %d failures (-want +got):\n%s", n, diff)
 				}
@@ -338,7 +338,7 @@ func TestBreakerOtherKindsDoNotCount(t *testing.T) {
 				want := []llmretry.BreakerState{
 					{Failures: 1},
 					{Failures: 1},
-					{Open: true, Until: time.Now().Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient},
+					{Open: true, Until: time.Now().Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient, Opened: 1},
 				}
 				if diff := cmp.Diff(want, states); diff != "" {
 					t.Errorf("State() after each call (-want +got):\n%s", diff)
@@ -366,7 +366,7 @@ func TestBreakerSuccessResetsCount(t *testing.T) {
 		}
 		want := []llmretry.BreakerState{
 			{Failures: 1}, {Failures: 2}, {}, {Failures: 1}, {Failures: 2},
-			{Open: true, Until: time.Now().Add(30 * sec), Failures: 3, Kind: llmretry.KindTransient},
+			{Open: true, Until: time.Now().Add(30 * sec), Failures: 3, Kind: llmretry.KindTransient, Opened: 1},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("State() after each call (-want +got):\n%s", diff)
@@ -388,7 +388,7 @@ func TestBreakerRetryAfterOpensForEveryCaller(t *testing.T) {
 		if got, err := c1.Do(context.Background(), "one"); got != "b: one" || err != nil {
 			t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "b: one")
 		}
-		want := llmretry.BreakerState{Open: true, Until: start.Add(20 * sec), Failures: 1, Kind: llmretry.KindTransient}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(20 * sec), Failures: 1, Kind: llmretry.KindTransient, Opened: 1}
 		if diff := cmp.Diff(want, br.State()); diff != "" {
 			t.Fatalf("State() after the hint (-want +got):\n%s", diff)
 		}
@@ -418,7 +418,7 @@ func TestBreakerRetryAfterOpensForEveryCaller(t *testing.T) {
 		if diff := cmp.Diff(wantRecs, attempts, attemptOpts); diff != "" {
 			t.Errorf("second chain's records (-want +got):\n%s", diff)
 		}
-		if st := br.State(); st != (llmretry.BreakerState{}) {
+		if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
 			t.Errorf("State() after the probe answered = %+v, want closed", st)
 		}
 	})
@@ -467,7 +467,7 @@ func TestBreakerRetryAfterCappedByMaxWait(t *testing.T) {
 				if diff := cmp.Diff(want, *first, attemptOpts); diff != "" {
 					t.Errorf("record of the hinted attempt (-want +got):\n%s", diff)
 				}
-				wantState := llmretry.BreakerState{Open: true, Until: start.Add(tc.wantUntil), Failures: 1, Kind: llmretry.KindTransient}
+				wantState := llmretry.BreakerState{Open: true, Until: start.Add(tc.wantUntil), Failures: 1, Kind: llmretry.KindTransient, Opened: 1}
 				if diff := cmp.Diff(wantState, state); diff != "" {
 					t.Errorf("State() after the hint (-want +got):\n%s", diff)
 				}
@@ -849,7 +849,7 @@ func TestBreakerRetryAfterIsTheWait(t *testing.T) {
 				if diff := cmp.Diff([]sent{{0, "hi"}, {tc.wantIn, "hi"}}, a.log()); diff != "" {
 					t.Errorf("requests (-want +got):\n%s", diff)
 				}
-				if br != nil && br.State() != (llmretry.BreakerState{}) {
+				if br != nil && br.State() != (llmretry.BreakerState{Opened: 1}) {
 					t.Errorf("State() = %+v, want closed: the retry was the probe, and it answered", br.State())
 				}
 			})
@@ -875,7 +875,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 		y := doAt(context.Background(), both, 31*sec, "y") // skips a
 		z := doAt(context.Background(), only, 32*sec, "z") // waits for the probe
 		time.Sleep(33 * sec)
-		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Probing: true, Kind: llmretry.KindTransient}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Probing: true, Kind: llmretry.KindTransient, Opened: 1}
 		if diff := cmp.Diff(want, br.State()); diff != "" {
 			t.Errorf("State() during the probe (-want +got):\n%s", diff)
 		}
@@ -907,7 +907,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 		if diff := cmp.Diff(wantY, ys, attemptOpts); diff != "" {
 			t.Errorf("records of the call that skipped (-want +got):\n%s", diff)
 		}
-		if st := br.State(); st != (llmretry.BreakerState{}) {
+		if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
 			t.Errorf("State() after the probe answered = %+v, want closed", st)
 		}
 	})
@@ -924,13 +924,13 @@ func TestBreakerProbeOutcome(t *testing.T) {
 		want    llmretry.BreakerState // Until from the start; zero Until when closed
 		wantFor time.Duration
 	}{
-		{name: "answers", probe: nil},
-		{name: "busy", probe: busy("down"), wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
-		{name: "times_out", hang: true, wantFor: 12*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTimeout}},
-		{name: "retry_after_longer", probe: limited(45), wantFor: 11*sec + 45*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
-		{name: "retry_after_shorter", probe: limited(2), wantFor: 11*sec + 2*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient}},
-		{name: "truncated", probe: llmretry.Truncation("partial")},
-		{name: "rejected", probe: llmretry.StatusFailure(400, nil, errors.New("bad request"))},
+		{name: "answers", probe: nil, want: llmretry.BreakerState{Opened: 1}},
+		{name: "busy", probe: busy("down"), wantFor: 11*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient, Opened: 2}},
+		{name: "times_out", hang: true, wantFor: 12*sec + 10*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTimeout, Opened: 2}},
+		{name: "retry_after_longer", probe: limited(45), wantFor: 11*sec + 45*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient, Opened: 2}},
+		{name: "retry_after_shorter", probe: limited(2), wantFor: 11*sec + 2*sec, want: llmretry.BreakerState{Open: true, Failures: 6, Kind: llmretry.KindTransient, Opened: 2}},
+		{name: "truncated", probe: llmretry.Truncation("partial"), want: llmretry.BreakerState{Opened: 1}},
+		{name: "rejected", probe: llmretry.StatusFailure(400, nil, errors.New("bad request")), want: llmretry.BreakerState{Opened: 1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -974,7 +974,7 @@ func TestBreakerProbeOutcome(t *testing.T) {
 			c.Do(context.Background(), "first") // fails at 11s: open until 21s
 			time.Sleep(10 * sec)
 			c.Do(context.Background(), "second") // fails at 22s: open until 32s, not doubled
-			want := llmretry.BreakerState{Open: true, Until: start.Add(32 * sec), Failures: 7, Kind: llmretry.KindTransient}
+			want := llmretry.BreakerState{Open: true, Until: start.Add(32 * sec), Failures: 7, Kind: llmretry.KindTransient, Opened: 3}
 			if diff := cmp.Diff(want, br.State()); diff != "" {
 				t.Errorf("State() after two failed probes (-want +got):\n%s", diff)
 			}
@@ -1002,7 +1002,7 @@ func TestBreakerCancelledProbePassesTheTurn(t *testing.T) {
 		if o := <-x; !errors.Is(o.err, context.Canceled) {
 			t.Errorf("cancelled probe: Do() = %q, %v, want a *Cancelled", o.resp, o.err)
 		}
-		if want := (llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient}); br.State() != want {
+		if want := (llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient, Opened: 1}); br.State() != want {
 			t.Errorf("State() after the cancelled probe = %+v, want %+v", br.State(), want)
 		}
 		if o := <-y; o.resp != "a: y" || o.err != nil {
@@ -1153,7 +1153,7 @@ func TestBreakerCancelledWhileWaiting(t *testing.T) {
 				if probe != nil {
 					<-probe
 				}
-				if st := br.State(); st != (llmretry.BreakerState{}) {
+				if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
 					t.Errorf("State() at the end = %+v, want closed", st)
 				}
 			})
@@ -1186,10 +1186,10 @@ func TestBreakerStateReadings(t *testing.T) {
 			{},
 			{Failures: 1},
 			{Failures: 2},
-			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient},
-			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient},                // half-open: Until has passed
-			{Open: true, Until: until, Failures: 3, Probing: true, Kind: llmretry.KindTransient}, // the probe in flight
-			{},
+			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient, Opened: 1},
+			{Open: true, Until: until, Failures: 3, Kind: llmretry.KindTransient, Opened: 1},                // half-open: Until has passed
+			{Open: true, Until: until, Failures: 3, Probing: true, Kind: llmretry.KindTransient, Opened: 1}, // the probe in flight
+			{Opened: 1},
 		}
 		if diff := cmp.Diff(want, read); diff != "" {
 			t.Errorf("State() readings (-want +got):\n%s", diff)
@@ -1327,7 +1327,7 @@ func TestBreakerLeavesNothingBehind(t *testing.T) {
 		if n := runtime.NumGoroutine(); n > before {
 			t.Errorf("%d goroutines after every Do returned, want at most the %d before", n, before)
 		}
-		if st := br.State(); st != (llmretry.BreakerState{}) {
+		if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
 			t.Errorf("State() = %+v, want closed", st)
 		}
 		want := []sent{{30 * sec, "probe"}, {40 * sec, "after"}}
@@ -1506,7 +1506,7 @@ func TestBreakerProbeFailureReopensBelowTheCount(t *testing.T) {
 		c.Do(context.Background(), "hinted") // open until 20s, one failure counted
 		time.Sleep(20 * sec)
 		c.Do(context.Background(), "probe") // fails at 20s: two failures, of five
-		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 2, Kind: llmretry.KindTransient, Opened: 2}
 		if diff := cmp.Diff(want, br.State()); diff != "" {
 			t.Errorf("State() after the probe failed (-want +got):\n%s", diff)
 		}

@@ -46,7 +46,7 @@ func TestPanickingProbeReleasesBreaker(t *testing.T) {
 			t.Fatalf("recover() = %v, want the backend's panic %q", got, "backend bug")
 		}
 		// Still half-open, as before the probe: the panic counts for nothing.
-		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient, Opened: 1}
 		if diff := cmp.Diff(want, br.State()); diff != "" {
 			t.Errorf("State() after the panicking probe (-want +got):\n%s", diff)
 		}
@@ -58,7 +58,7 @@ func TestPanickingProbeReleasesBreaker(t *testing.T) {
 		if diff := cmp.Diff([]sent{{30 * sec, "boom"}, {31 * sec, "next"}}, a.log()); diff != "" {
 			t.Errorf("requests (-want +got):\n%s", diff)
 		}
-		if st := br.State(); st != (llmretry.BreakerState{}) {
+		if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
 			t.Errorf("State() after the next probe answered = %+v, want closed", st)
 		}
 	})
@@ -83,7 +83,7 @@ func TestRetryWaitHoldsNoOneUpAtHalfOpen(t *testing.T) {
 		if _, err := once.Do(context.Background(), "B"); err == nil {
 			t.Fatalf("call B: Do() = nil error, want its 429")
 		}
-		want := llmretry.BreakerState{Open: true, Until: start.Add(sec), Failures: 2, Kind: llmretry.KindTransient}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(sec), Failures: 2, Kind: llmretry.KindTransient, Opened: 1}
 		if diff := cmp.Diff(want, br.State()); diff != "" {
 			t.Errorf("State() after B's 429 (-want +got):\n%s", diff)
 		}
@@ -147,7 +147,7 @@ func TestCallerDeadlineDoesNotCountAgainstBreaker(t *testing.T) {
 			if !isTimedOut(err) {
 				t.Errorf("probe: Do() error = %v (%T), want a *TimedOut", err, err)
 			}
-			want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient}
+			want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient, Opened: 1}
 			if diff := cmp.Diff(want, br.State()); diff != "" {
 				t.Errorf("State() after the probe's caller's deadline (-want +got):\n%s", diff)
 			}
