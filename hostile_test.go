@@ -328,18 +328,18 @@ func newHTTPGoroutines(before map[string]bool) []string {
 	return left
 }
 
-// timed runs Do and returns its error and how long it took. A chain that
+// timed runs Do and returns how long it took, and its error. A chain that
 // fails to end an attempt would hang the test, so the caller withdraws
 // after a backstop far past every bound; it cancels rather than setting a
 // deadline, which would change the chain's decisions.
-func timed(c *llmretry.Chain[hostileReq, string], q hostileReq) (string, error, time.Duration) {
+func timed(c *llmretry.Chain[hostileReq, string], q hostileReq) (string, time.Duration, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	backstop := time.AfterFunc(10*time.Second, cancel)
 	defer backstop.Stop()
 	start := time.Now()
 	got, err := c.Do(ctx, q)
-	return got, err, time.Since(start)
+	return got, time.Since(start), err
 }
 
 // records returns the attempts of Do's error, failing the test when it
@@ -394,7 +394,7 @@ func TestHostileRetryAfter(t *testing.T) {
 			c := r.chain(llmretry.Backend[hostileReq, string]{
 				Retry: llmretry.Policy{Waits: []time.Duration{wait, wait}, MaxWait: tc.maxWait},
 			})
-			_, err, took := timed(c, hostileReq{model: "m"})
+			_, took, err := timed(c, hostileReq{model: "m"})
 			got := records(t, err)
 			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(llmretry.Attempt{}, "Err", "RawText", "Start", "Elapsed")); diff != "" {
 				t.Errorf("attempts (-want +got):\n%s", diff)
@@ -472,7 +472,7 @@ func TestHostileHugeBody(t *testing.T) {
 			runtime.GC()
 			base := heapNow()
 			stop := heapWatch()
-			_, err, took := timed(c, hostileReq{model: "m", stream: stream})
+			_, took, err := timed(c, hostileReq{model: "m", stream: stream})
 			peak := stop()
 			grew := int64(peak) - int64(base)
 			t.Logf("Do took %v; heap: baseline %d KiB, peak %d KiB, grew %d KiB", took, base>>10, peak>>10, grew>>10)
@@ -486,12 +486,12 @@ func TestHostileHugeBody(t *testing.T) {
 			}
 			raw := got[0].RawText
 			const mark = " [llmretry: 983040 bytes cut]" // the Call keeps 1 MiB; the record 64 KiB of it
-			if raw == nil || len(*raw) != llmretry.DefaultMaxRawText+len(mark) || !strings.HasSuffix(*raw, mark) {
-				n := -1
-				if raw != nil {
-					n = len(*raw)
-				}
-				t.Fatalf("RawText has %d bytes, want %d ending %q", n, llmretry.DefaultMaxRawText+len(mark), mark)
+			if raw == nil {
+				t.Fatal("RawText = nil, want what the Call read, capped")
+			}
+			if len(*raw) != llmretry.DefaultMaxRawText+len(mark) || !strings.HasSuffix(*raw, mark) {
+				t.Fatalf("RawText has %d bytes ending %q, want %d ending %q",
+					len(*raw), (*raw)[max(0, len(*raw)-len(mark)):], llmretry.DefaultMaxRawText+len(mark), mark)
 			}
 			kept := strings.TrimSuffix(*raw, mark)
 			start := `{"id":"chatcmpl-`
@@ -550,7 +550,7 @@ func TestHostileNeverFinishes(t *testing.T) {
 			r := newHostileRig(t, false)
 			r.srv.Script("m", tc.step)
 			c := r.chain(llmretry.Backend[hostileReq, string]{Timeout: tc.timeout, StallTimeout: tc.stall})
-			_, err, took := timed(c, hostileReq{model: "m", stream: tc.stream})
+			_, took, err := timed(c, hostileReq{model: "m", stream: tc.stream})
 			t.Logf("Do took %v", took)
 			got := records(t, err)
 			if len(got) != 1 || got[0].Kind != tc.want || got[0].Delivered {
@@ -597,7 +597,7 @@ func TestHostileBlackhole(t *testing.T) {
 	const pad = 256 << 20
 	r := newHostileRig(t, true)
 	c := r.chain(llmretry.Backend[hostileReq, string]{Timeout: limit})
-	_, err, took := timed(c, hostileReq{model: "m", pad: pad})
+	_, took, err := timed(c, hostileReq{model: "m", pad: pad})
 	t.Logf("Do took %v; the client sent %d KiB of its %d MiB body", took, r.sent.Load()>>10, pad>>20)
 	got := records(t, err)
 	if len(got) != 1 || got[0].Kind != llmretry.KindTimeout {

@@ -9,11 +9,8 @@ import (
 	"time"
 )
 
-// serverGoroutines returns the stacks of goroutines that belong to a
-// Server: its Serve loop, its connections and its handlers.
-func serverGoroutines() []string { return goroutines(isServerGoroutine) }
-
-// isServerGoroutine reports whether the stack g is a Server's.
+// isServerGoroutine reports whether the stack g is a Server's: its Serve
+// loop, its connections or its handlers.
 func isServerGoroutine(g string) bool {
 	return strings.Contains(g, "net/http.(*conn).serve") ||
 		strings.Contains(g, "net/http.(*Server).Serve") ||
