@@ -386,7 +386,24 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 	if left := settledServerGoroutines(); len(left) > 0 {
 		t.Fatalf("server goroutines before the test (another test leaked):\n%s", strings.Join(left, "\n\n"))
 	}
-	s, tr := traceServer(t)
+	// A handler that missed the close would hold Close for good: the test
+	// must fail rather than hang, in its body and in its cleanup.
+	s := NewServer()
+	tr := traceOf(s)
+	closeWithin := func() bool {
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			s.Close()
+		}()
+		select {
+		case <-closed:
+			return true
+		case <-time.After(5 * time.Second):
+			return false
+		}
+	}
+	t.Cleanup(func() { closeWithin() })
 	s.Script("partial", PartialHeaders())
 	s.Script("trickle", Trickle(time.Hour))
 	s.Script("endless", EndlessBody().Every(time.Hour))
@@ -413,7 +430,9 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 	for b.Accepted() == 0 {
 		runtime.Gosched()
 	}
-	s.Close()
+	if !closeWithin() {
+		t.Fatal("Close did not return within 5s")
+	}
 	if n := len(tr.ended); n != 4 {
 		t.Errorf("%d handlers had ended when Close returned, want 4", n)
 	}
