@@ -6,8 +6,9 @@
 // own tests to see how your code, and a [github.com/llmretry/llmretry]
 // Chain around it, behaves when a provider fails: rate limits with
 // retry-after, 5xx, overloads inside a 200 stream, truncated answers,
-// streams that drop, stall or end without finishing, and outages where
-// connections are refused.
+// streams that drop, stall or end without finishing, outages where
+// connections are refused, and hostile servers that send too much, too
+// slowly, or nothing at all.
 //
 //	srv := llmretrytest.NewServer()
 //	defer srv.Close()
@@ -60,9 +61,25 @@
 // # Timing
 //
 // [Step.After] delays a response and [Step.Every] spaces a stream's
-// chunks. Delays and stalls ([StallHeaders], [StreamStall]) end when the
-// client goes away (cancels its request or closes the connection) or when
-// the server is closed; the connection is then cut without a response.
+// chunks. Delays and stalls ([StallHeaders], [StreamStall],
+// [PartialHeaders]) and bodies that never end ([EndlessBody], [Trickle])
+// end when the client goes away (cancels its request or closes the
+// connection) or when the server is closed; the connection is then cut
+// without the rest of the response.
+//
+// # Hostile servers
+//
+// Some steps test that a client bounds what it accepts. [HugeBody] is an
+// answer of any size, a gigabyte or more, made as it is sent, so only the
+// client can run out of memory; [EndlessBody] never ends; [Trickle] sends
+// one byte an interval, keeping the connection busy while no stream event
+// ever completes; [PartialHeaders] stops halfway through a header line.
+// Retry-after values a server should never send, such as "-1", "1e18" or
+// a date in the year 9999, need no step of their own: send them with
+// [Step.WithHeader]. A [Blackhole] stands for a host that accepts
+// connections and then never reads or answers. [Server.Conns] counts the
+// connections the server holds open, so a test can check that its client
+// let go of each one it gave up on.
 //
 // # Concurrency
 //

@@ -145,6 +145,12 @@ type tracer struct {
 func traceServer(t *testing.T) (*Server, *tracer) {
 	t.Helper()
 	s := newServer(t)
+	return s, traceOf(s)
+}
+
+// traceOf reports s's requests as they arrive and as their handlers
+// return.
+func traceOf(s *Server) *tracer {
 	tr := &tracer{started: make(chan Request, 100), arrived: make(chan Request, 100), ended: make(chan Request, 100)}
 	s.mu.Lock()
 	s.trace = func(ev string, r Request) {
@@ -158,7 +164,7 @@ func traceServer(t *testing.T) (*Server, *tracer) {
 		}
 	}
 	s.mu.Unlock()
-	return s, tr
+	return tr
 }
 
 // waitFor receives from ch, failing the test if nothing comes within a

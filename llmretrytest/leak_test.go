@@ -9,9 +9,17 @@ import (
 	"time"
 )
 
-// serverGoroutines returns the stacks of goroutines that belong to a
-// Server: its Serve loop, its connections and its handlers.
-func serverGoroutines() []string {
+// isServerGoroutine reports whether the stack g is a Server's: its Serve
+// loop, its connections or its handlers.
+func isServerGoroutine(g string) bool {
+	return strings.Contains(g, "net/http.(*conn).serve") ||
+		strings.Contains(g, "net/http.(*Server).Serve") ||
+		strings.Contains(g, "llmretrytest.(*Server)") ||
+		strings.Contains(g, "llmretrytest.(*exchange)")
+}
+
+// goroutines returns the stacks of the goroutines that match.
+func goroutines(match func(stack string) bool) []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -23,10 +31,7 @@ func serverGoroutines() []string {
 	}
 	var ours []string
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "net/http.(*conn).serve") ||
-			strings.Contains(g, "net/http.(*Server).Serve") ||
-			strings.Contains(g, "llmretrytest.(*Server)") ||
-			strings.Contains(g, "llmretrytest.(*exchange)") {
+		if match(g) {
 			ours = append(ours, g)
 		}
 	}
@@ -35,12 +40,16 @@ func serverGoroutines() []string {
 
 // settledServerGoroutines returns the server goroutines that are still
 // there after a bound far above the time a returning goroutine needs.
-func settledServerGoroutines() []string {
+func settledServerGoroutines() []string { return settledGoroutines(isServerGoroutine) }
+
+// settledGoroutines returns the goroutines that match and are still there
+// after a bound far above the time a returning goroutine needs.
+func settledGoroutines(match func(stack string) bool) []string {
 	deadline := time.Now().Add(5 * time.Second)
-	left := serverGoroutines()
+	left := goroutines(match)
 	for len(left) > 0 && time.Now().Before(deadline) {
 		runtime.Gosched()
-		left = serverGoroutines()
+		left = goroutines(match)
 	}
 	return left
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +34,7 @@ type Server struct {
 	srv    *http.Server
 	served chan struct{}  // closed when Serve has returned
 	conns  sync.WaitGroup // one count per connection, until its goroutine is done with it
+	open   atomic.Int64   // connections accepted and not yet closed, for Conns
 	done   chan struct{}  // closed by Close: ends every stall and delay
 
 	closeOnce sync.Once
@@ -100,8 +102,12 @@ func NewServer() *Server {
 			switch state {
 			case http.StateNew:
 				s.conns.Add(1)
-			case http.StateClosed, http.StateHijacked:
+				s.open.Add(1)
+			case http.StateClosed:
 				s.conns.Done()
+				s.open.Add(-1)
+			case http.StateHijacked:
+				s.conns.Done() // the step that hijacked it counts it open until it closes it
 			}
 		},
 	}
@@ -352,6 +358,14 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 	case kindStallHeaders:
 		x.stall()
 		panic(http.ErrAbortHandler)
+	case kindPartialHeaders:
+		x.partialHeaders()
+		return
+	case kindHugeBody, kindEndlessBody, kindTrickle:
+		if !x.fill(ep, st) {
+			panic(http.ErrAbortHandler)
+		}
+		return
 	case kindStatus, kindInsufficientQuota, kindContextLength:
 		status := st.status
 		switch st.kind {

@@ -25,6 +25,10 @@ const (
 	kindMalformed
 	kindHangup
 	kindDown
+	kindHugeBody
+	kindEndlessBody
+	kindTrickle
+	kindPartialHeaders
 )
 
 // Step is one scripted response: what the server does with one request.
@@ -39,6 +43,7 @@ type Step struct {
 	status  int         // Status
 	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
 	errType string      // StreamError
+	size    int64       // HugeBody
 	headers [][2]string // WithHeader, in the order given
 	after   time.Duration
 	every   time.Duration
@@ -59,6 +64,10 @@ type Step struct {
 //	Malformed()              "malformed"
 //	Hangup()                 "hangup"
 //	Down()                   "down"
+//	HugeBody(1 << 30)        "huge body 1073741824"
+//	EndlessBody()            "endless body"
+//	Trickle(time.Second)     "trickle"
+//	PartialHeaders()         "partial headers"
 //
 // Headers and delays are not part of the name, so a log compares equal
 // whatever the timing of a script.
@@ -90,6 +99,14 @@ func (s Step) String() string {
 		return "hangup"
 	case kindDown:
 		return "down"
+	case kindHugeBody:
+		return "huge body " + strconv.FormatInt(s.size, 10)
+	case kindEndlessBody:
+		return "endless body"
+	case kindTrickle:
+		return "trickle"
+	case kindPartialHeaders:
+		return "partial headers"
 	}
 	return "step(" + strconv.Itoa(int(s.kind)) + ")"
 }
@@ -209,12 +226,55 @@ func Hangup() Step { return Step{kind: kindHangup} }
 // down when the wait ends, even when the client gave up waiting.
 func Down() Step { return Step{kind: kindDown} }
 
+// HugeBody is a 200 answer whose text is n bytes of the letter x: the
+// provider's JSON answer (Content-Length set to the body's size), or for a
+// stream its usual events with the whole text in one chunk, so one SSE
+// data line longer than n. The body is made while it is sent, in blocks
+// of 32 KiB, so the server holds no more of it than one block however
+// large n is; a client that reads it whole holds it all. With
+// [Step.Every] the blocks are spaced d apart. HugeBody panics if n is
+// negative.
+func HugeBody(n int64) Step {
+	if n < 0 {
+		panic("llmretrytest: HugeBody(" + strconv.FormatInt(n, 10) + "): negative size")
+	}
+	return Step{kind: kindHugeBody, size: n}
+}
+
+// EndlessBody is a 200 answer whose text never ends: it starts as
+// [HugeBody] does, and then sends x in blocks of 32 KiB, as fast as the
+// client reads, until the client goes away or the server is closed. For a
+// stream, the chunk that holds the text is one SSE data line that never
+// ends. With [Step.Every] the blocks are spaced d apart: a slow endless
+// body that a client's size limit takes long to reach.
+func EndlessBody() Step { return Step{kind: kindEndlessBody} }
+
+// Trickle is a 200 answer that starts as [EndlessBody] does and then
+// sends one byte, an x of the answer's text, every interval, until the
+// client goes away or the server is closed. For a stream, the bytes
+// extend one SSE data line that never ends, so no chunk beyond the
+// opening ones is ever complete: the connection is busy, but the client
+// has nothing to hand over. Trickle panics unless every is positive.
+func Trickle(every time.Duration) Step {
+	if every <= 0 {
+		panic("llmretrytest: Trickle(" + every.String() + "): want a positive interval")
+	}
+	return Step{kind: kindTrickle, every: every}
+}
+
+// PartialHeaders sends the status line and half a header line,
+// "HTTP/1.1 200 OK\r\nContent-Type: applic", and then nothing, until the
+// client goes away or the server is closed; then the connection is
+// closed. Unlike [StallHeaders], the client has begun reading a response
+// and waits in the middle of its headers.
+func PartialHeaders() Step { return Step{kind: kindPartialHeaders} }
+
 // WithHeader returns a copy of s that sends the response header key with
 // value. Headers named in several calls are sent with every value, in
 // order, and replace the server's own value for that key (content-type,
 // x-request-id, request-id). Use it for retry-after, retry-after-ms and
 // x-should-retry. It has no effect on steps that send no response
-// ([Hangup], [Down], [StallHeaders]).
+// ([Hangup], [Down], [StallHeaders], [PartialHeaders]).
 func (s Step) WithHeader(key, value string) Step {
 	s.headers = append(slices.Clip(s.headers), [2]string{key, value})
 	return s
@@ -231,8 +291,10 @@ func (s Step) After(d time.Duration) Step {
 // Every returns a copy of s that, in a stream, waits d between one text
 // chunk and the next. A wait ends early, and the connection is then cut,
 // when the client goes away or the server is closed. It has no effect on a
-// request that did not ask for a stream. A zero or negative d means no
-// wait.
+// request that did not ask for a stream, except for the steps that send a
+// body by the block: [HugeBody] and [EndlessBody] wait d between blocks,
+// stream or not, and [Trickle] sends its byte every d. A zero or negative
+// d means no wait (for Trickle: a byte as fast as the client reads).
 func (s Step) Every(d time.Duration) Step {
 	s.every = d
 	return s

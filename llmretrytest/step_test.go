@@ -29,6 +29,10 @@ func TestStepString(t *testing.T) {
 		{Malformed(), "malformed"},
 		{Hangup(), "hangup"},
 		{Down(), "down"},
+		{HugeBody(1 << 30).Every(time.Second), "huge body 1073741824"},
+		{EndlessBody(), "endless body"},
+		{Trickle(20 * time.Millisecond), "trickle"},
+		{PartialHeaders(), "partial headers"},
 	}
 	for _, tc := range tests {
 		if got := tc.step.String(); got != tc.want {
@@ -70,6 +74,9 @@ func TestStepPanics(t *testing.T) {
 		{"drop_negative", func() Step { return StreamDrop(-1) }, "llmretrytest: StreamDrop(-1)"},
 		{"unfinished_negative", func() Step { return StreamUnfinished(-1) }, "llmretrytest: StreamUnfinished(-1)"},
 		{"stall_negative", func() Step { return StreamStall(-2) }, "llmretrytest: StreamStall(-2)"},
+		{"huge_negative", func() Step { return HugeBody(-1) }, "llmretrytest: HugeBody(-1)"},
+		{"trickle_zero", func() Step { return Trickle(0) }, "llmretrytest: Trickle(0s)"},
+		{"trickle_negative", func() Step { return Trickle(-time.Second) }, "llmretrytest: Trickle(-1s)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +93,8 @@ func TestStepPanics(t *testing.T) {
 	for _, code := range []int{400, 599} {
 		Status(code) // the bounds are allowed
 	}
+	HugeBody(0)
+	Trickle(time.Nanosecond)
 }
 
 func TestSplitWords(t *testing.T) {
