@@ -107,13 +107,13 @@ var soakModels = []struct {
 }{
 	{"gpt-soak-a", "openai", "/v1/chat/completions?api_key=sk-soak-%s", llmretry.Policy{
 		Waits: []time.Duration{2 * time.Millisecond, 4 * time.Millisecond}, Reserve: 2 * time.Millisecond, MaxWait: 40 * time.Millisecond, Jitter: 0.5,
-	}, 150 * time.Millisecond, 60 * time.Millisecond, 4, 15 * time.Millisecond},
+	}, 300 * time.Millisecond, 150 * time.Millisecond, 4, 15 * time.Millisecond},
 	{"gpt-soak-b", "openai", "/v1/chat/completions?alt=json&key=%s", llmretry.Policy{
 		Waits: []time.Duration{3 * time.Millisecond}, MaxWait: 40 * time.Millisecond,
-	}, 150 * time.Millisecond, 60 * time.Millisecond, 3, 25 * time.Millisecond},
+	}, 250 * time.Millisecond, 120 * time.Millisecond, 3, 25 * time.Millisecond},
 	{"claude-soak", "anthropic", "/v1/messages?token=%s", llmretry.Policy{
 		Waits: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}, Reserve: 2 * time.Millisecond, MaxWait: 60 * time.Millisecond,
-	}, 200 * time.Millisecond, 80 * time.Millisecond, 5, 10 * time.Millisecond},
+	}, 350 * time.Millisecond, 150 * time.Millisecond, 5, 10 * time.Millisecond},
 }
 
 // soakReq is one item's request. Every backend builds its own body from
@@ -125,11 +125,17 @@ type soakReq struct {
 	Doomed bool // every run gets a deadline too short to be answered in: dead after its runs
 }
 
-// soakAttempt is a record the chain handed to OnAttempt, with the key of
-// the request it stands for: "<item>/<run>/<backend>/<try>".
+// soakAttempt is what the test keeps of a record the chain handed to
+// OnAttempt: the key of the request it stands for,
+// "<item>/<run>/<backend>/<try>", and how it went. (The records
+// themselves are checked when their run ends, and dropped: kept for the
+// whole batch, they would make the garbage collector, and so the batch,
+// slow under the race detector.)
 type soakAttempt struct {
-	key string
-	a   llmretry.Attempt
+	key     string
+	skipped bool
+	kind    string        // "ok", or the Kind's name
+	elapsed time.Duration // the Call's time
 }
 
 // soakCall is a request a backend's Call made, with the same key.
@@ -152,6 +158,8 @@ type runState struct {
 
 	// What the run recorded. Kept here, not behind the soaker's lock, so
 	// that other runs' appends cost this run's chain no time.
+	records  []llmretry.Attempt // until the run ends
+	keys     []string           // records[i]'s key
 	attempts []soakAttempt
 	calls    []soakCall
 	gaps     []time.Duration // chain overhead where no breaker wait was possible
@@ -172,18 +180,72 @@ type soaker struct {
 	urls    []string
 	secrets []string
 
-	mu        sync.Mutex
-	runStates []*runState // every run's, once it has ended
-	innerErrs []error
-	problems  []string // found off the test's goroutine
-	deadlines int      // runs given a deadline
-	cancels   int      // runs whose cancellation fired and that ended Cancelled
+	mu         sync.Mutex
+	runStates  []*runState // every run's, once it has ended
+	problems   []string    // found off the test's goroutine
+	deadlines  int         // runs given a deadline
+	cancels    int         // runs whose cancellation fired and that ended Cancelled
+	rawSecrets int         // backend errors holding a planted secret
 }
 
+// problem records a failure found off the test's goroutine; the first
+// few are reported in full.
 func (s *soaker) problem(format string, args ...any) {
 	s.mu.Lock()
-	s.problems = append(s.problems, fmt.Sprintf(format, args...))
+	defer s.mu.Unlock()
+	if len(s.problems) < 10 {
+		s.problems = append(s.problems, fmt.Sprintf(format, args...))
+	} else if len(s.problems) == 10 {
+		s.problems = append(s.problems, "and more")
+	}
+}
+
+// leaks reports a problem when text holds a planted secret.
+func (s *soaker) leaks(what, text string) {
+	for _, secret := range s.secrets {
+		if strings.Contains(text, secret) {
+			s.problem("%s holds the secret %q:\n%s", what, secret, text)
+			return
+		}
+	}
+}
+
+// checkRun checks a finished run's records and error for secrets (check
+// 5), and keeps only what the later checks need.
+func (s *soaker) checkRun(rs *runState, err error) {
+	raw := 0
+	for i, a := range rs.records {
+		if a.Err != nil && hasAny(a.Err.Error(), s.secrets) {
+			raw++
+		}
+		s.leaks("Attempt.String", a.String())
+		s.leaks("Attempt JSON", mustMarshal(s, a))
+		kind := "ok"
+		if a.Err != nil || a.Skipped {
+			kind = a.Kind.String()
+		}
+		rs.attempts = append(rs.attempts, soakAttempt{key: rs.keys[i], skipped: a.Skipped, kind: kind, elapsed: a.Elapsed})
+	}
+	rs.records, rs.keys = nil, nil
+	if err != nil {
+		// The JSON's "error" is the Error text.
+		s.leaks("error JSON", mustMarshal(s, err))
+		var b bytes.Buffer
+		slog.New(slog.NewJSONHandler(&b, nil)).Error("soak", "err", err)
+		s.leaks("error slog", b.String())
+	}
+	s.mu.Lock()
+	s.rawSecrets += raw
 	s.mu.Unlock()
+}
+
+// mustMarshal is v's JSON, or a problem.
+func mustMarshal(s *soaker, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		s.problem("json.Marshal(%T) = %v", v, err)
+	}
+	return string(b)
 }
 
 // soakFigures are what one batch did, for the log.
@@ -199,6 +261,7 @@ type soakFigures struct {
 	deadlines, cancels, notRunCancel   int
 	gapN, waitGapN                     int
 	gap50, gap99, waitGap50, waitGap99 time.Duration
+	answer50, answer99                 time.Duration
 	heapBefore, heapAfter              uint64
 	goroutinesBefore, goroutinesAfter  int
 	secretsInRawErrors                 int
@@ -217,6 +280,7 @@ func (f *soakFigures) log(t *testing.T) {
 		fmt.Fprintf(&b, " %s %d", k, f.kinds[k])
 	}
 	t.Logf("attempts sent %d by kind:%s; skipped for breakers %d", f.attempts, b.String(), f.skips)
+	t.Logf("time to an answer, per answered attempt: p50 %v, p99 %v", f.answer50, f.answer99)
 	t.Logf("attempts whose request never reached the server: %d (of which httptrace's WroteRequest had reported written: %d)", f.unsent, f.wroteUnsent)
 	t.Logf("runs with a deadline %d, runs withdrawn %d, batch cancelled with %d items not run", f.deadlines, f.cancels, f.notRunCancel)
 	t.Logf("chain overhead per attempt: p50 %v, p99 %v over %d attempts; where a breaker wait may be in it: p50 %v, p99 %v over %d",
@@ -367,9 +431,6 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 		srv.Close() // waits for every handler, so the log is complete
 		logs[i] = srv.Requests()
 	}
-	for _, p := range s.problems {
-		t.Error(p)
-	}
 
 	f := &soakFigures{
 		items: n, wall: wall, counts: counts, kinds: map[string]int{},
@@ -420,17 +481,17 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 	// socket (its deadline passed while it dialled or wrote) cannot have
 	// been logged, and every other must have been.
 	recorded := map[string]int{}
+	var answers []time.Duration
 	for _, r := range attempts {
-		if r.a.Skipped {
+		if r.skipped {
 			f.skips++
 			continue
 		}
 		f.attempts++
 		recorded[r.key]++
-		if r.a.Err == nil {
-			f.kinds["ok"]++
-		} else {
-			f.kinds[r.a.Kind.String()]++
+		f.kinds[r.kind]++
+		if r.kind == "ok" {
+			answers = append(answers, r.elapsed)
 		}
 	}
 	called, wrote := map[string]int{}, map[string]int{}
@@ -460,39 +521,34 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 	diffCounts(t, "requests whose bytes reached a socket", wrote, "requests the servers logged", logged)
 
 	// 5. No secret from the URLs reaches a record: not the attempts'
-	// String, JSON or slog value, not the errors' text, JSON or slog
-	// value, not the dead letters. The errors the backends returned do
-	// hold them (net/http puts the query in its errors, and these Calls the
-	// whole URL), so there is something to hide.
-	for _, r := range attempts {
-		if r.a.Err != nil && hasAny(r.a.Err.Error(), s.secrets) {
-			f.secretsInRawErrors++
-		}
-		checkSecrets(t, "Attempt.String", r.a.String(), s.secrets)
-		checkSecrets(t, "Attempt JSON", marshal(t, r.a), s.secrets)
-	}
+	// String or JSON, not the errors' text, JSON or slog value (checked
+	// as each run ends, by checkRun), not the dead letters. The errors the
+	// backends returned do hold them (net/http puts the query in its
+	// errors, and these Calls the whole URL), so there was something to
+	// hide.
+	f.secretsInRawErrors = s.rawSecrets
 	if n == soakItems && f.secretsInRawErrors == 0 {
-		t.Errorf("no backend error held a planted secret: the check below proves nothing")
+		t.Errorf("no backend error held a planted secret: the check proves nothing")
 	}
-	var logText bytes.Buffer
-	logger := slog.New(slog.NewJSONHandler(&logText, nil))
-	errs := slices.Concat(s.innerErrs, notRunErrs)
+	errs := notRunErrs
 	for _, d := range dead {
 		errs = append(errs, d.Err)
 	}
 	for _, err := range errs {
-		checkSecrets(t, "error text", err.Error(), s.secrets)
-		checkSecrets(t, "error JSON", marshal(t, err), s.secrets)
-		logText.Reset()
-		logger.Error("soak", "err", err)
-		checkSecrets(t, "error slog", logText.String(), s.secrets)
+		s.leaks("the runner's error text", err.Error())
+		s.leaks("the runner's error JSON", mustMarshal(s, err))
 	}
-	checkSecrets(t, "dead-letter JSON lines", deadLines.String(), s.secrets)
+	s.leaks("the dead-letter JSON lines", deadLines.String())
 	if got := strings.Count(deadLines.String(), "\n"); got != len(dead) {
 		t.Errorf("dead-letter JSON has %d lines, want %d", got, len(dead))
 	}
 
+	for _, p := range s.problems {
+		t.Error(p)
+	}
+
 	// The chain's own time per attempt (see onAttempt).
+	f.answer50, f.answer99 = percentile(answers, 50), percentile(answers, 99)
 	f.gapN, f.waitGapN = len(gaps), len(waitGaps)
 	f.gap50, f.gap99 = percentile(gaps, 50), percentile(gaps, 99)
 	f.waitGap50, f.waitGap99 = percentile(waitGaps, 50), percentile(waitGaps, 99)
@@ -550,6 +606,7 @@ func (s *soaker) run(ctx context.Context, req soakReq) (string, error) {
 	rs := &runState{key: fmt.Sprintf("%s/%d", req.ID, run), prevEnd: time.Now()}
 	resp, err := s.inner.Do(context.WithValue(ctx, runKey{}, rs), req)
 
+	s.checkRun(rs, err)
 	var cancelled *llmretry.Cancelled
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -559,9 +616,6 @@ func (s *soaker) run(ctx context.Context, req soakReq) (string, error) {
 	}
 	if withdrawn.Load() && errors.As(err, &cancelled) {
 		s.cancels++
-	}
-	if err != nil {
-		s.innerErrs = append(s.innerErrs, err)
 	}
 	return resp, err
 }
@@ -597,7 +651,8 @@ func (s *soaker) onAttempt(ctx context.Context, a llmretry.Attempt) {
 	rs.last, rs.has = a, true
 	key := fmt.Sprintf("%s/%d/%d", rs.key, a.Backend, a.Try)
 
-	rs.attempts = append(rs.attempts, soakAttempt{key, a})
+	rs.records = append(rs.records, a)
+	rs.keys = append(rs.keys, key)
 	if waitPossible {
 		rs.waitGaps = append(rs.waitGaps, gap)
 	} else {
@@ -908,7 +963,7 @@ func script(rng *rand.Rand, steps, items int) []llmretrytest.Step {
 		case p < 97:
 			return answer().After(ms(10, 40))
 		}
-		return answer().After(ms(150, 300)) // past the backend's Timeout
+		return answer().After(ms(400, 500)) // past the backend's Timeout
 	}
 	out := make([]llmretrytest.Step, 0, steps+100)
 	for len(out) < steps {
@@ -958,27 +1013,6 @@ func diffCounts(t *testing.T, wantName string, want map[string]int, gotName stri
 
 func hasAny(s string, secrets []string) bool {
 	return slices.ContainsFunc(secrets, func(secret string) bool { return strings.Contains(s, secret) })
-}
-
-// checkSecrets fails the test, once per kind of text, when text holds a
-// secret.
-func checkSecrets(t *testing.T, what, text string, secrets []string) {
-	t.Helper()
-	for _, secret := range secrets {
-		if strings.Contains(text, secret) {
-			t.Errorf("%s holds the secret %q:\n%s", what, secret, text)
-			return
-		}
-	}
-}
-
-func marshal(t *testing.T, v any) string {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Errorf("json.Marshal(%T) = %v", v, err)
-	}
-	return string(b)
 }
 
 // percentile returns the pth percentile of ds (sorting it), or 0 for
