@@ -66,9 +66,8 @@ func TestSoak(t *testing.T) {
 	f := soak(t, seed, soakItems)
 
 	// 3. The heap after, with every server, client, record and error of
-	// the batch unreachable, is within heapSlack of the heap before. A
-	// leak of a record, a context or a timer per item would be 10,000 of
-	// them, and any of those is over 100 bytes: a megabyte or more.
+	// the batch unreachable, is within heapSlack of the heap before (see
+	// heapSlack for the bound).
 	heapAfter := settledHeap()
 	f.heapBefore, f.heapAfter = heapBefore, heapAfter
 	if heapAfter > heapBefore+heapSlack {
@@ -89,8 +88,15 @@ func TestSoak(t *testing.T) {
 const (
 	soakItems       = 10000
 	soakConcurrency = 64
-	scriptSteps     = 40000   // per model; more than a batch asks for, and the last step (an answer) repeats
-	heapSlack       = 1 << 20 // see the heap check in TestSoak
+	scriptSteps     = 40000 // per model; more than a batch asks for, and the last step (an answer) repeats
+	// heapSlack is how much more live heap TestSoak allows after the
+	// batch than before it. The runtime's own bookkeeping makes the two
+	// differ by under 100 KiB (observed: 15 to 90 KiB, with and without
+	// the race detector); 512 KiB is five times that, and below what a
+	// leak of one small object per item would keep: 10,000 items times 64
+	// bytes, the size of the smallest context, timer or record the batch
+	// makes for each, is 625 KiB.
+	heapSlack = 512 << 10
 )
 
 // The three backends, in chain order: two OpenAI models and one Anthropic
@@ -132,10 +138,11 @@ type soakReq struct {
 // whole batch, they would make the garbage collector, and so the batch,
 // slow under the race detector.)
 type soakAttempt struct {
-	key     string
-	skipped bool
-	kind    string        // "ok", or the Kind's name
-	elapsed time.Duration // the Call's time
+	key       string
+	skipped   bool
+	kind      string        // "ok", or the Kind's name
+	elapsed   time.Duration // the Call's time
+	delivered bool          // it failed after handing output over
 }
 
 // soakCall is a request a backend's Call made, with the same key.
@@ -162,8 +169,7 @@ type runState struct {
 	keys     []string           // records[i]'s key
 	attempts []soakAttempt
 	calls    []soakCall
-	gaps     []time.Duration // chain overhead where no breaker wait was possible
-	waitGaps []time.Duration // chain overhead where the call may have waited for a breaker
+	gaps     [gapClasses][]time.Duration // the chain's overhead before each record, by class
 }
 
 type runKey struct{}
@@ -177,8 +183,7 @@ type soaker struct {
 	client  *http.Client
 	inner   *llmretry.Chain[soakReq, string]
 	runs    []atomic.Int32 // runs begun, by item index
-	urls    []string
-	secrets []string
+	secrets []string       // planted in the URLs
 
 	mu         sync.Mutex
 	runStates  []*runState // every run's, once it has ended
@@ -224,7 +229,7 @@ func (s *soaker) checkRun(rs *runState, err error) {
 		if a.Err != nil || a.Skipped {
 			kind = a.Kind.String()
 		}
-		rs.attempts = append(rs.attempts, soakAttempt{key: rs.keys[i], skipped: a.Skipped, kind: kind, elapsed: a.Elapsed})
+		rs.attempts = append(rs.attempts, soakAttempt{key: rs.keys[i], skipped: a.Skipped, kind: kind, elapsed: a.Elapsed, delivered: a.Delivered && a.Err != nil})
 	}
 	rs.records, rs.keys = nil, nil
 	if err != nil {
@@ -250,21 +255,22 @@ func mustMarshal(s *soaker, v any) string {
 
 // soakFigures are what one batch did, for the log.
 type soakFigures struct {
-	items                              int
-	wall                               time.Duration
-	counts                             batch.Counts
-	requests                           []int // per model
-	kinds                              map[string]int
-	skips                              int
-	opened                             []int // breaker openings per backend
-	attempts, unsent, wroteUnsent      int
-	deadlines, cancels, notRunCancel   int
-	gapN, waitGapN                     int
-	gap50, gap99, waitGap50, waitGap99 time.Duration
-	answer50, answer99                 time.Duration
-	heapBefore, heapAfter              uint64
-	goroutinesBefore, goroutinesAfter  int
-	secretsInRawErrors                 int
+	items                             int
+	wall                              time.Duration
+	counts                            batch.Counts
+	requests                          []int // per model
+	kinds                             map[string]int
+	skips                             int
+	opened                            []int // breaker openings per backend
+	attempts, unsent, wroteUnsent     int
+	delivered                         int // attempts that failed after delivering output
+	deadlines, cancels, notRunCancel  int
+	gaps                              [gapClasses + 1]gapFigures // the last: bookkeeping and timer together
+	lateness                          gapFigures                 // of a control timer
+	answer50, answer99                time.Duration
+	heapBefore, heapAfter             uint64
+	goroutinesBefore, goroutinesAfter int
+	secretsInRawErrors                int
 }
 
 func (f *soakFigures) log(t *testing.T) {
@@ -279,12 +285,15 @@ func (f *soakFigures) log(t *testing.T) {
 	for _, k := range kinds {
 		fmt.Fprintf(&b, " %s %d", k, f.kinds[k])
 	}
-	t.Logf("attempts sent %d by kind:%s; skipped for breakers %d", f.attempts, b.String(), f.skips)
+	t.Logf("attempts sent %d by kind:%s; failed after delivering output %d; skipped for breakers %d", f.attempts, b.String(), f.delivered, f.skips)
 	t.Logf("time to an answer, per answered attempt: p50 %v, p99 %v", f.answer50, f.answer99)
 	t.Logf("attempts whose request never reached the server: %d (of which httptrace's WroteRequest had reported written: %d)", f.unsent, f.wroteUnsent)
 	t.Logf("runs with a deadline %d, runs withdrawn %d, batch cancelled with %d items not run", f.deadlines, f.cancels, f.notRunCancel)
-	t.Logf("chain overhead per attempt: p50 %v, p99 %v over %d attempts; where a breaker wait may be in it: p50 %v, p99 %v over %d",
-		f.gap50, f.gap99, f.gapN, f.waitGap50, f.waitGap99, f.waitGapN)
+	t.Logf("chain overhead per record: p50 %v, p99 %v over %d (no breaker wait possible)", f.gaps[gapClasses].p50, f.gaps[gapClasses].p99, f.gaps[gapClasses].n)
+	for c, name := range []string{"bookkeeping only", "after a retry's timer", "may hold a breaker wait"} {
+		t.Logf("  %-23s p50 %v, p99 %v over %d", name+":", f.gaps[c].p50, f.gaps[c].p99, f.gaps[c].n)
+	}
+	t.Logf("  (a control 2ms timer fired late by p50 %v, p99 %v over %d)", f.lateness.p50, f.lateness.p99, f.lateness.n)
 	t.Logf("raw errors holding a planted secret: %d; none in any record", f.secretsInRawErrors)
 	t.Logf("heap %d bytes before, %d after (slack %d); goroutines %d before, %d after",
 		f.heapBefore, f.heapAfter, heapSlack, f.goroutinesBefore, f.goroutinesAfter)
@@ -294,7 +303,6 @@ func (f *soakFigures) log(t *testing.T) {
 // (checks 1, 2 and 5; TestSoak makes 3 and 4 around it). Only the
 // figures outlive it.
 func soak(t *testing.T, seed uint64, n int) *soakFigures {
-	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0))
 	s := &soaker{seed: seed, runs: make([]atomic.Int32, n)}
 
@@ -311,7 +319,6 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 		pass, key := fmt.Sprintf("pw-soak-%016x", rng.Uint64()), fmt.Sprintf("%016x", rng.Uint64())
 		s.secrets = append(s.secrets, pass, key)
 		url := strings.Replace(srv.URL, "http://", "http://soak:"+pass+"@", 1) + fmt.Sprintf(m.path, key)
-		s.urls = append(s.urls, url)
 		breakers[i] = &llmretry.Breaker{Failures: m.failures, Cooldown: m.cooldown}
 		backends[i] = llmretry.Backend[soakReq, string]{
 			Model: m.model, Call: s.call(i, m.api, m.model, url), Retry: m.policy,
@@ -388,9 +395,32 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 		stopper = time.AfterFunc(endAfter, cancel)
 	}
 
+	// A control: how late a plain 2ms timer fires meanwhile, on the same
+	// loaded process, to read the chain's overhead after a retry's timer
+	// against.
+	var lateness []time.Duration
+	ran, controlled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(controlled)
+		for {
+			const d = 2 * time.Millisecond
+			begin := time.Now()
+			timer := time.NewTimer(d)
+			select {
+			case <-ran:
+				timer.Stop()
+				return
+			case <-timer.C:
+				lateness = append(lateness, time.Since(begin)-d)
+			}
+		}
+	}()
+
 	start := time.Now()
 	counts, err := r.Run(ctx, items)
 	wall := time.Since(start)
+	close(ran)
+	<-controlled
 	if stopper != nil {
 		stopper.Stop()
 	}
@@ -402,15 +432,16 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 	}
 
 	var (
-		attempts       []soakAttempt
-		calls          []soakCall
-		gaps, waitGaps []time.Duration
+		attempts []soakAttempt
+		calls    []soakCall
+		gaps     [gapClasses][]time.Duration
 	)
 	for _, rs := range s.runStates {
 		attempts = append(attempts, rs.attempts...)
 		calls = append(calls, rs.calls...)
-		gaps = append(gaps, rs.gaps...)
-		waitGaps = append(waitGaps, rs.waitGaps...)
+		for c := range gaps {
+			gaps[c] = append(gaps[c], rs.gaps[c]...)
+		}
 	}
 
 	// Every request whose bytes reached a socket is read and logged by its
@@ -444,81 +475,11 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 		}
 	}
 
-	// 1. Every item is accounted for exactly once: answered, dead or not
-	// run, and the counts say the same.
-	if counts.Total() != n {
-		t.Errorf("Counts.Total() = %d, want %d", counts.Total(), n)
-	}
-	if counts.Succeeded != len(answered) || counts.Dead != len(dead) || counts.NotRun != len(notRun) {
-		t.Errorf("Counts = %+v, but OnResult saw %d, the Sink %d and OnNotRun %d", counts, len(answered), len(dead), len(notRun))
-	}
-	seen := make(map[string][]string, n)
-	for _, id := range answered {
-		seen[id] = append(seen[id], "answered")
-	}
-	for _, d := range dead {
-		seen[d.ID] = append(seen[d.ID], "dead")
-	}
-	for _, id := range notRun {
-		seen[id] = append(seen[id], "not run")
-	}
-	lost := 0
-	for _, req := range reqs {
-		if ends := seen[req.ID]; len(ends) != 1 {
-			if lost++; lost <= 10 {
-				t.Errorf("item %s ended %d times %v, want once", req.ID, len(ends), ends)
-			}
-		}
-		delete(seen, req.ID)
-	}
-	if lost > 0 || len(seen) > 0 {
-		t.Errorf("%d items did not end exactly once; %d ids ended that no item had", lost, len(seen))
-	}
+	// 1. Every item is accounted for exactly once.
+	checkEnds(t, reqs, counts, answered, dead, notRun)
 
-	// 2. The servers saw exactly the requests that the chain recorded,
-	// request for request. A Call makes one request per attempt, marked
-	// with the attempt's key; a request whose bytes never all reached the
-	// socket (its deadline passed while it dialled or wrote) cannot have
-	// been logged, and every other must have been.
-	recorded := map[string]int{}
-	var answers []time.Duration
-	for _, r := range attempts {
-		if r.skipped {
-			f.skips++
-			continue
-		}
-		f.attempts++
-		recorded[r.key]++
-		f.kinds[r.kind]++
-		if r.kind == "ok" {
-			answers = append(answers, r.elapsed)
-		}
-	}
-	called, wrote := map[string]int{}, map[string]int{}
-	for _, c := range calls {
-		called[c.key]++
-		switch {
-		case c.sent:
-			wrote[c.key]++
-		case c.wrote:
-			f.wroteUnsent++
-			f.unsent++
-		default:
-			f.unsent++
-		}
-	}
-	logged := map[string]int{}
-	for i, log := range logs {
-		for _, req := range log {
-			key := req.Header.Get("X-Soak-Attempt")
-			if b := backendOf(key); b != i {
-				t.Errorf("server %d logged request %q (model %q, step %q), want one marked for backend %d", i, key, req.Model, req.Step, i)
-			}
-			logged[key]++
-		}
-	}
-	diffCounts(t, "attempts recorded (non-skipped)", recorded, "requests the Calls made", called)
-	diffCounts(t, "requests whose bytes reached a socket", wrote, "requests the servers logged", logged)
+	// 2. The servers saw exactly the requests that the chain recorded.
+	answers := f.checkRequests(t, attempts, calls, logs)
 
 	// 5. No secret from the URLs reaches a record: not the attempts'
 	// String or JSON, not the errors' text, JSON or slog value (checked
@@ -549,9 +510,11 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 
 	// The chain's own time per attempt (see onAttempt).
 	f.answer50, f.answer99 = percentile(answers, 50), percentile(answers, 99)
-	f.gapN, f.waitGapN = len(gaps), len(waitGaps)
-	f.gap50, f.gap99 = percentile(gaps, 50), percentile(gaps, 99)
-	f.waitGap50, f.waitGap99 = percentile(waitGaps, 50), percentile(waitGaps, 99)
+	for c := range gaps {
+		f.gaps[c] = gapFiguresOf(gaps[c])
+	}
+	f.gaps[gapClasses] = gapFiguresOf(slices.Concat(gaps[gapBookkeeping], gaps[gapTimer]))
+	f.lateness = gapFiguresOf(lateness)
 
 	// The fault mix is meant to reach every outcome; a batch that does not
 	// tests less than it claims.
@@ -560,6 +523,7 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 			"answered": counts.Succeeded, "dead letters": counts.Dead, "items not run": counts.NotRun,
 			"withdrawn runs": s.cancels, "unsent attempts": f.unsent, "skips": f.skips,
 			"truncated attempts": f.kinds["truncated"], "timeouts": f.kinds["timeout"],
+			"failures after delivery": f.delivered,
 		} {
 			if got == 0 {
 				t.Errorf("the batch had no %s: tune the fault mix", what)
@@ -572,6 +536,96 @@ func soak(t *testing.T, seed uint64, n int) *soakFigures {
 		}
 	}
 	return f
+}
+
+// checkEnds checks that every item ended exactly once, answered, dead or
+// not run, and that the counts say the same (check 1).
+func checkEnds(t *testing.T, reqs []soakReq, counts batch.Counts, answered []string, dead []batch.DeadLetter, notRun []string) {
+	t.Helper()
+	n := len(reqs)
+	if counts.Total() != n {
+		t.Errorf("Counts.Total() = %d, want %d", counts.Total(), n)
+	}
+	if counts.Succeeded != len(answered) || counts.Dead != len(dead) || counts.NotRun != len(notRun) {
+		t.Errorf("Counts = %+v, but OnResult saw %d, the Sink %d and OnNotRun %d", counts, len(answered), len(dead), len(notRun))
+	}
+	seen := make(map[string][]string, n)
+	for _, id := range answered {
+		seen[id] = append(seen[id], "answered")
+	}
+	for _, d := range dead {
+		seen[d.ID] = append(seen[d.ID], "dead")
+	}
+	for _, id := range notRun {
+		seen[id] = append(seen[id], "not run")
+	}
+	lost := 0
+	for _, req := range reqs {
+		if ends := seen[req.ID]; len(ends) != 1 {
+			if lost++; lost <= 10 {
+				t.Errorf("item %s ended %d times %v, want once", req.ID, len(ends), ends)
+			}
+		}
+		delete(seen, req.ID)
+	}
+	if lost > 0 || len(seen) > 0 {
+		t.Errorf("%d items did not end exactly once; %d ids ended that no item had", lost, len(seen))
+	}
+}
+
+// checkRequests checks that the servers saw exactly the requests that the
+// chain recorded, request for request (check 2), and counts the attempts
+// by kind. A Call makes one request per attempt, marked with the
+// attempt's key; a request whose bytes never all reached the socket (its
+// deadline passed while it dialled or wrote) cannot have been logged, and
+// every other must have been. It returns the times of the answered
+// attempts.
+func (f *soakFigures) checkRequests(t *testing.T, attempts []soakAttempt, calls []soakCall, logs [][]llmretrytest.Request) []time.Duration {
+	t.Helper()
+	recorded := map[string]int{}
+	var answers []time.Duration
+	for _, r := range attempts {
+		if r.skipped {
+			f.skips++
+			continue
+		}
+		f.attempts++
+		recorded[r.key]++
+		f.kinds[r.kind]++
+		if r.delivered {
+			f.delivered++
+		}
+		if r.kind == "ok" {
+			answers = append(answers, r.elapsed)
+		}
+	}
+	called, wrote := map[string]int{}, map[string]int{}
+	for _, c := range calls {
+		called[c.key]++
+		switch {
+		case c.sent:
+			wrote[c.key]++
+		case c.wrote:
+			f.wroteUnsent++
+			f.unsent++
+		default:
+			f.unsent++
+		}
+	}
+	logged, misplaced := map[string]int{}, 0
+	for i, log := range logs {
+		for _, req := range log {
+			key := req.Header.Get("X-Soak-Attempt")
+			if b := backendOf(key); b != i && misplaced < 10 {
+				misplaced++
+				t.Errorf("server %d logged request %q (model %q, step %q), want one marked for backend %d", i, key, req.Model, req.Step, i)
+			}
+			logged[key]++
+		}
+	}
+	diffCounts(t, "attempts recorded (non-skipped)", recorded, "requests the Calls made", called)
+	diffCounts(t, "requests whose bytes reached a socket", wrote, "requests the servers logged", logged)
+	return answers
 }
 
 // run is the outer chain's Call: one run of one item. It gives the run
@@ -623,16 +677,19 @@ func (s *soaker) run(ctx context.Context, req soakReq) (string, error) {
 // onAttempt keeps every record with its request's key, and measures the
 // chain's own time before it.
 //
-// The chain's overhead is the time Do spent outside Call and outside the
-// waits it chose. Per attempt it is the gap between the moment the chain
-// was free to go on and the attempt's Start: for the first, Do's start;
-// for a later one, the end of the one before (Start + Elapsed) plus its
-// RetryIn when it was retried. The gap covers the chain's bookkeeping,
-// the breaker's admission, OnAttempt itself (this function, a lock and an
-// append) and the lateness of the retry's timer, which on a loaded
-// machine is most of it. It also covers any wait for a breaker that the
-// call's last backend makes, which no record shows; such waits are only
-// possible on the last backend of the plan, so those gaps are kept apart.
+// The chain's overhead is the time Do spends outside Call and outside the
+// waits it chose. Per record it is the gap between the moment the chain
+// was free to go on and the record's Start: for the first, Do's start
+// (taken just before Do is called); for a later one, the end of the one
+// before (Start + Elapsed), plus its RetryIn when it was retried. The gap
+// covers the chain's bookkeeping, the breaker's admission, OnAttempt
+// itself (this function: a key and three appends), and the scheduler:
+// the lateness of a retry's timer, and any time the goroutine waited for
+// a CPU, which on a loaded machine is most of a long gap. Gaps are kept
+// in three classes: those with none of the timer in them, those after a
+// retry's wait, and those on the plan's last backend, where the call may
+// also have waited for that backend's breaker to half-open, a wait that
+// no record shows.
 func (s *soaker) onAttempt(ctx context.Context, a llmretry.Attempt) {
 	rs, ok := ctx.Value(runKey{}).(*runState)
 	if !ok {
@@ -643,6 +700,7 @@ func (s *soaker) onAttempt(ctx context.Context, a llmretry.Attempt) {
 		rs.wrapped = true // the plan came back to a backend it skipped
 	}
 	waitPossible := a.Backend == len(soakModels)-1 || rs.wrapped
+	afterRetry := rs.has && rs.last.Next == llmretry.NextRetry
 	gap := a.Start.Sub(rs.prevEnd)
 	rs.prevEnd = a.Start.Add(a.Elapsed)
 	if a.Next == llmretry.NextRetry {
@@ -653,11 +711,14 @@ func (s *soaker) onAttempt(ctx context.Context, a llmretry.Attempt) {
 
 	rs.records = append(rs.records, a)
 	rs.keys = append(rs.keys, key)
-	if waitPossible {
-		rs.waitGaps = append(rs.waitGaps, gap)
-	} else {
-		rs.gaps = append(rs.gaps, gap)
+	class := gapBookkeeping
+	switch {
+	case waitPossible:
+		class = gapBreaker
+	case afterRetry:
+		class = gapTimer
 	}
+	rs.gaps[class] = append(rs.gaps[class], gap)
 }
 
 // call returns backend bi's Call: a plain net/http client of api at url.
@@ -1013,6 +1074,24 @@ func diffCounts(t *testing.T, wantName string, want map[string]int, gotName stri
 
 func hasAny(s string, secrets []string) bool {
 	return slices.ContainsFunc(secrets, func(secret string) bool { return strings.Contains(s, secret) })
+}
+
+// Classes of the gaps before records (see onAttempt).
+const (
+	gapBookkeeping = iota // the chain's own work alone
+	gapTimer              // after a retry's wait: its timer's lateness too
+	gapBreaker            // on the plan's last backend, where the call may have waited for its breaker
+	gapClasses
+)
+
+// gapFigures are the median and 99th percentile of n gaps.
+type gapFigures struct {
+	n        int
+	p50, p99 time.Duration
+}
+
+func gapFiguresOf(ds []time.Duration) gapFigures {
+	return gapFigures{n: len(ds), p50: percentile(ds, 50), p99: percentile(ds, 99)}
 }
 
 // percentile returns the pth percentile of ds (sorting it), or 0 for
