@@ -113,13 +113,13 @@ var soakModels = []struct {
 }{
 	{"gpt-soak-a", "openai", "/v1/chat/completions?api_key=sk-soak-%s", llmretry.Policy{
 		Waits: []time.Duration{2 * time.Millisecond, 4 * time.Millisecond}, Reserve: 2 * time.Millisecond, MaxWait: 40 * time.Millisecond, Jitter: 0.5,
-	}, 300 * time.Millisecond, 150 * time.Millisecond, 4, 15 * time.Millisecond},
+	}, 300 * soakScale * time.Millisecond, 150 * soakScale * time.Millisecond, 4, 15 * time.Millisecond},
 	{"gpt-soak-b", "openai", "/v1/chat/completions?alt=json&key=%s", llmretry.Policy{
 		Waits: []time.Duration{3 * time.Millisecond}, MaxWait: 40 * time.Millisecond,
-	}, 250 * time.Millisecond, 120 * time.Millisecond, 3, 25 * time.Millisecond},
+	}, 250 * soakScale * time.Millisecond, 120 * soakScale * time.Millisecond, 3, 25 * time.Millisecond},
 	{"claude-soak", "anthropic", "/v1/messages?token=%s", llmretry.Policy{
 		Waits: []time.Duration{2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond}, Reserve: 2 * time.Millisecond, MaxWait: 60 * time.Millisecond,
-	}, 350 * time.Millisecond, 150 * time.Millisecond, 5, 10 * time.Millisecond},
+	}, 350 * soakScale * time.Millisecond, 150 * soakScale * time.Millisecond, 5, 10 * time.Millisecond},
 }
 
 // soakReq is one item's request. Every backend builds its own body from
@@ -639,7 +639,7 @@ func (s *soaker) run(ctx context.Context, req soakReq) (string, error) {
 	case req.Doomed:
 		timeout = time.Duration(1+rng.IntN(3)) * time.Millisecond
 	case rng.IntN(100) < 30:
-		timeout = time.Duration(10+rng.IntN(240)) * time.Millisecond
+		timeout = time.Duration(10+rng.IntN(240)) * soakScale * time.Millisecond
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -987,48 +987,48 @@ func script(rng *rand.Rand, steps, items int) []llmretrytest.Step {
 	}
 	healthy := func() llmretrytest.Step {
 		switch p := rng.IntN(100); {
-		case p < 55:
-			return answer().After(ms(0, 3))
-		case p < 58:
-			return answer().Every(ms(1, 3)) // a stream that takes its time
 		case p < 62:
+			return answer().After(ms(0, 3))
+		case p < 64:
+			return answer().Every(ms(1, 3)) // a stream that takes its time
+		case p < 67:
 			return llmretrytest.Status(429).WithHeader("retry-after-ms", retryAfter(1, 40))
-		case p < 63:
+		case p < 68:
 			return llmretrytest.Status(429).WithHeader("retry-after-ms", "500") // past every MaxWait
-		case p < 66:
+		case p < 70:
 			return llmretrytest.Status(500)
-		case p < 69:
+		case p < 72:
 			return llmretrytest.Status(503)
-		case p < 71:
+		case p < 73:
 			return llmretrytest.Status(529)
-		case p < 74:
+		case p < 75:
 			return llmretrytest.Truncated("Answer cut off at the")
 		case p < 77:
 			return llmretrytest.ContextLengthExceeded()
 		case p < 78:
 			return llmretrytest.Status(400)
-		case p < 81:
+		case p < 80:
 			return llmretrytest.Hangup().After(ms(0, 2))
-		case p < 84:
+		case p < 82:
 			return llmretrytest.StreamDrop(rng.IntN(4))
-		case p < 85:
+		case p < 83:
 			return llmretrytest.StreamStall(rng.IntN(3))
-		case p < 86:
+		case p < 84:
 			return llmretrytest.StallHeaders()
-		case p < 88:
+		case p < 86:
 			return llmretrytest.Malformed()
-		case p < 90:
+		case p < 88:
 			return llmretrytest.StreamError("overloaded_error")
-		case p < 91:
+		case p < 89:
 			return llmretrytest.StreamUnfinished(2)
-		case p < 97:
+		case p < 99:
 			return answer().After(ms(10, 40))
 		}
-		return answer().After(ms(400, 500)) // past the backend's Timeout
+		return answer().After(ms(400, 500) * soakScale) // past the backend's Timeout
 	}
 	out := make([]llmretrytest.Step, 0, steps+100)
 	for len(out) < steps {
-		if rng.IntN(1000) < 5 {
+		if rng.IntN(1000) < 4 {
 			for range 10 + rng.IntN(50) {
 				out = append(out, outage())
 			}
