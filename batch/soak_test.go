@@ -91,11 +91,11 @@ const (
 	scriptSteps     = 40000 // per model; more than a batch asks for, and the last step (an answer) repeats
 	// heapSlack is how much more live heap TestSoak allows after the
 	// batch than before it. The runtime's own bookkeeping makes the two
-	// differ by under 100 KiB (observed: 15 to 90 KiB, with and without
-	// the race detector); 512 KiB is five times that, and below what a
-	// leak of one small object per item would keep: 10,000 items times 64
-	// bytes, the size of the smallest context, timer or record the batch
-	// makes for each, is 625 KiB.
+	// differ by little (observed: 30 to 125 KiB, with and without the
+	// race detector); 512 KiB is four times the most seen, and below what
+	// a leak of one record or one cancel context per item would keep: an
+	// Attempt is 160 bytes and a cancel context 80, so 10,000 of them are
+	// 1.5 MiB and 780 KiB.
 	heapSlack = 512 << 10
 )
 
@@ -651,11 +651,11 @@ func (s *soaker) run(ctx context.Context, req soakReq) (string, error) {
 		var cancel context.CancelCauseFunc
 		ctx, cancel = context.WithCancelCause(ctx)
 		defer cancel(nil)
-		t := time.AfterFunc(time.Duration(rng.IntN(40))*time.Millisecond, func() {
+		timer := time.AfterFunc(time.Duration(rng.IntN(40))*time.Millisecond, func() {
 			withdrawn.Store(true)
 			cancel(errWithdrawn)
 		})
-		defer t.Stop()
+		defer timer.Stop()
 	}
 	rs := &runState{key: fmt.Sprintf("%s/%d", req.ID, run), prevEnd: time.Now()}
 	resp, err := s.inner.Do(context.WithValue(ctx, runKey{}, rs), req)
