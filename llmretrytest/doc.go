@@ -25,8 +25,9 @@
 // repeats, so a one-step script plays forever. A model with no script gets
 // a 404 in the provider's shape. Every request the server reads is logged
 // ([Server.Requests]) with its model, API, whether it asked for a stream,
-// when it arrived, its number for that model and the step it played, so a
-// test can compare what its client recorded with what the provider saw.
+// when it arrived, its number for that model, the step it played and its
+// header, so a test can compare what its client recorded with what the
+// provider saw, request for request.
 //
 // # Endpoints
 //

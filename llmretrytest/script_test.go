@@ -62,7 +62,7 @@ func TestScriptAndLog(t *testing.T) {
 		{Model: "gpt", API: "anthropic", N: 5, Step: "answer"},
 	}
 	got := s.Requests()
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Request{}, "Time")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Request{}, "Time", "Header")); diff != "" {
 		t.Errorf("Requests() (-want +got):\n%s", diff)
 	}
 	checkTimes(t, got)
@@ -292,5 +292,50 @@ func TestMethodsWhileServing(t *testing.T) {
 		if r.N != i+1 {
 			t.Fatalf("request %d has N %d, want %d", i, r.N, i+1)
 		}
+	}
+}
+
+// The log keeps each request's header as the server read it, whatever
+// the step and even for a body it could not use, so a client can match
+// its own marks; and each Requests call hands out its own copy.
+func TestRequestHeader(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	s.Script("gpt", Status(503), Answer("ok"))
+	c := newClient(t)
+	bodies := []string{
+		requestBody("openai", "gpt", false),
+		requestBody("anthropic", "gpt", true),
+		"not json",
+	}
+	for i, body := range bodies {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+paths["openai"], strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Mark", fmt.Sprint("request ", i))
+		req.Header.Add("X-Mark", "again")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	got := s.Requests()
+	if len(got) != len(bodies) {
+		t.Fatalf("Requests() has %d requests, want %d", len(got), len(bodies))
+	}
+	for i, r := range got {
+		want := []string{fmt.Sprint("request ", i), "again"}
+		if diff := cmp.Diff(want, r.Header.Values("X-Mark")); diff != "" {
+			t.Errorf("request %d: Header X-Mark (-want +got):\n%s", i, diff)
+		}
+		if r.Header.Get("User-Agent") == "" {
+			t.Errorf("request %d: Header has no User-Agent: %v", i, r.Header)
+		}
+	}
+	got[0].Header.Set("X-Mark", "changed")
+	if v := s.Requests()[0].Header.Get("X-Mark"); v != "request 0" {
+		t.Errorf("after changing a copy, the log's X-Mark = %q, want %q", v, "request 0")
 	}
 }

@@ -71,6 +71,12 @@ type Request struct {
 	// "status 413" for a body the server could not use, and "down" for a
 	// request that reached a server already down.
 	Step string
+	// Header is a copy of the request's header as the server read it,
+	// as http.Request.Header holds it: keys canonical, and Host not among
+	// them. A client can mark each request with a header of its own (an
+	// attempt's id, say) to match the log with what it sent. Requests
+	// returns a fresh copy each time, so changing it changes no log.
+	Header http.Header
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -156,7 +162,11 @@ func (s *Server) Script(model string, steps ...Step) {
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(s.log)
+	reqs := slices.Clone(s.log)
+	for i := range reqs {
+		reqs[i].Header = reqs[i].Header.Clone() // a map: the copy must not share it
+	}
+	return reqs
 }
 
 // GoDown takes the server down as a provider outage does: it stops
@@ -267,7 +277,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 
 	x := &exchange{s: s, w: w, ctx: r.Context(), requestID: ep.requestID, includeUsage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}
 	defer func() { s.traceEvent("end", x.req) }()
-	st, ok := s.arrive(x, ep, in, status)
+	st, ok := s.arrive(x, ep, in, status, r.Header.Clone())
 	switch {
 	case status != 0:
 		msg := "could not decode the request body as JSON"
@@ -289,7 +299,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 // arrive logs the request and picks its step: ok is false when the model
 // has no script. A server that is down hangs up at once, whatever the
 // request.
-func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int) (st Step, ok bool) {
+func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h http.Header) (st Step, ok bool) {
 	s.mu.Lock()
 	s.counts[in.Model]++
 	n := s.counts[in.Model]
@@ -307,7 +317,7 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int) (st 
 		sc.next++
 		name = st.String()
 	}
-	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name}
+	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name, Header: h}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
 	s.log = append(s.log, x.req)
 	s.mu.Unlock()
