@@ -228,7 +228,7 @@ func TestTrickle(t *testing.T) {
 					t.Errorf("Conns() = %d after the client let go, want 0", n)
 				}
 				want := []Request{{Model: "m", API: api, Stream: stream, N: 1, Step: "trickle"}}
-				if diff := cmp.Diff(want, s.Requests(), cmpopts.IgnoreFields(Request{}, "Time")); diff != "" {
+				if diff := cmp.Diff(want, s.Requests(), cmpopts.IgnoreFields(Request{}, "Time", "Header")); diff != "" {
 					t.Errorf("Requests() (-want +got):\n%s", diff)
 				}
 			})
