@@ -153,7 +153,8 @@ func (mc *mcall) run(c drawCall) {
 			return
 		}
 		if pos == len(order)-1 {
-			order = append(order, mc.comeBacks(-1, 0, false)...)
+			r := mc.out.Hooks[len(mc.out.Hooks)-1]
+			order = append(order, mc.comeBacks(r.Backend, r.Kind, r.Skipped, true)...)
 		}
 	}
 	// Every backend has failed (the last record said stop).
@@ -161,27 +162,33 @@ func (mc *mcall) run(c drawCall) {
 }
 
 // comeBacks lists, in chain order, the backends skipped for their breaker
-// that the call comes back to once its last backend has given up: those
-// after which every backend failed for a reason about the request. It takes
-// backend cur's latest record to have Kind k (skipped when curSkipped), and
-// removes what it lists from the pending skips unless cur >= 0 (a query).
+// that the call comes back to when backend cur gives up with Kind k (or is
+// skipped, when curSkipped): those after which every backend failed for a
+// reason about the request. With commit, it also marks them as come back
+// to, since the call comes back to each at most once.
 //
 // AMBIGUOUS: doc.go says a skipped backend is come back to "when every
-// backend after it failed for a reason about the request". Do reads a
-// backend that was itself skipped (or fell over for its breaker) as no
-// obstacle, comes back to every such backend at once, in chain order, and
-// to each at most once; the model does the same.
-func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped bool) []int {
-	var back []int
-	keep := mc.skipped[:0:0]
+// backend after it failed for a reason about the request", and does not
+// say how a backend after it that was itself skipped (or fell over for its
+// breaker) counts, nor in which order several are come back to. Do counts
+// such a backend as no obstacle, so long as the last backend failed for a
+// reason about the request (a skipped last backend ends the call), and
+// comes back to every qualifying one, in chain order, each at most once.
+// The model does the same.
+func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []int {
+	if curSkipped || !aboutRequest(k) {
+		return nil
+	}
+	var back, keep []int
 	for _, s := range mc.skipped {
-		if mc.aboutRequestAfter(s, cur, k, curSkipped) {
+		if mc.aboutRequestAfter(s, cur, k) {
 			back = append(back, s)
 		} else {
 			keep = append(keep, s)
 		}
 	}
-	if cur < 0 {
+	slices.Sort(back)
+	if commit {
 		mc.skipped = keep
 		for _, s := range back {
 			mc.cameBack[s] = true
@@ -191,31 +198,38 @@ func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped bool) []int {
 }
 
 // aboutRequestAfter reports whether every backend after s that was not
-// skipped failed for a reason about the request.
-func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind, curSkipped bool) bool {
+// skipped failed for a reason about the request, taking backend cur's
+// latest record to have Kind k.
+func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind) bool {
 	for j := s + 1; j < len(mc.m.d.backends); j++ {
 		r := mc.lastKind[j]
 		if j == cur {
-			r.Kind, r.Skipped, r.Why = k, curSkipped, ""
+			r.Kind, r.Skipped, r.Why = k, false, ""
 		} else if !mc.visited[j] {
 			return false
 		}
 		if r.Skipped || r.Why == llmretry.WhyBreaker {
 			continue
 		}
-		switch r.Kind {
-		case llmretry.KindTruncated, llmretry.KindRejected, llmretry.KindParse, llmretry.KindUnknown:
-		default:
+		if !aboutRequest(r.Kind) {
 			return false
 		}
 	}
 	return true
 }
 
+func aboutRequest(k llmretry.Kind) bool {
+	switch k {
+	case llmretry.KindTruncated, llmretry.KindRejected, llmretry.KindParse, llmretry.KindUnknown:
+		return true
+	}
+	return false
+}
+
 // isLast reports whether backend b is the last the call can try, given
 // that it gives up with Kind k (or is skipped).
 func (mc *mcall) isLast(b int, final bool, k llmretry.Kind, skipped bool) bool {
-	return final && len(mc.comeBacks(b, k, skipped)) == 0
+	return final && len(mc.comeBacks(b, k, skipped, false)) == 0
 }
 
 // skip marks b as skipped for its breaker, to come back to.
@@ -337,11 +351,21 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 					mc.emit(r)
 					return false
 				}
-				r.Next, r.Why, r.RetryIn = llmretry.NextRetry, "", wait
-				mc.emit(r)
-				if mc.sleep(wait) {
+				// A wait that ends leaves no record: the probe that
+				// follows has it. One cut short records the skip then,
+				// with what ended it and the time still left.
+				end := mc.now + wait
+				m.apart(end, mc.cancelAt, "breaker wait end and cancel")
+				if mc.cancelAt < end {
+					mc.now = mc.cancelAt
+					r.Start, r.RetryAfter = mc.now, end-mc.now
+					r.Next, r.Why = llmretry.NextStop, llmretry.WhyCancelled
+					mc.emit(r)
+					mc.cancelled(mc.cancelBy)
 					return true
 				}
+				mc.now = end
+				mc.tries[b]--
 				continue
 			}
 			probe = true
@@ -485,7 +509,6 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 	}
 	return true
 }
-
 
 // jittered returns the wait Do drew for the next record, checked against
 // [lo, hi]; without jitter the two are equal and that is the wait.
