@@ -324,7 +324,9 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 
 		probe := false
 		if br != nil && br.open {
-			m.apart(mc.now, br.until, "breaker half-opens as a request is due")
+			// Not a tie to avoid: a retry after a retry-after hint on a
+			// backend with a breaker is due exactly when the breaker
+			// half-opens, and the docs say that caller then comes back.
 			if mc.now < br.until {
 				wait := br.until - mc.now
 				r := base
@@ -472,7 +474,6 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			// last one waits, and then waits for the breaker as a
 			// skip.
 			if br != nil && br.open && !last {
-				m.apart(mc.now+in, br.until, "retry and breaker half-open")
 				if br.until > mc.now+in {
 					return llmretry.WhyBreaker
 				}
@@ -586,6 +587,14 @@ func (mc *mcall) emitSuccess(r rec, resp string, br *mbreaker) {
 
 func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Duration, probe bool, p llmretry.Policy) {
 	if k != llmretry.KindTransient && k != llmretry.KindTimeout {
+		// AMBIGUOUS: the docs say a probe's "failure opens it again",
+		// and also that Kinds other than transient and timeout "do not
+		// count: they are about the request, not the backend's health".
+		// Do takes a probe that fails for a reason about the request as
+		// the backend answering: the breaker closes.
+		if probe {
+			br.open, br.count = false, 0
+		}
 		return
 	}
 	br.count++

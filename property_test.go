@@ -566,12 +566,14 @@ func TestChainMatchesModel(t *testing.T) {
 	}
 	start := time.Now()
 	skipped, failed := 0, 0
+	ties := map[string]int{}
 	for _, seed := range seeds {
 		d := generate(seed)
 		got := play(t, d)
 		want, problems, tie := predict(d, got)
 		if tie != "" {
 			skipped++
+			ties[strings.SplitN(tie, " at ", 2)[0]]++
 			if *propSeed != 0 {
 				t.Logf("draw %d skipped: %s", seed, tie)
 			}
@@ -594,7 +596,7 @@ func TestChainMatchesModel(t *testing.T) {
 			t.Fatalf("stopping after %d failed draws", failed)
 		}
 	}
-	t.Logf("%d draws in %v (%d skipped for ties)", len(seeds), time.Since(start), skipped)
+	t.Logf("%d draws in %v (%d skipped for ties: %v)", len(seeds), time.Since(start), skipped, ties)
 }
 
 func fmtOutcomes(os []propOutcome) string {
