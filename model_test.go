@@ -308,6 +308,19 @@ func (mc *mcall) emit(r rec) {
 		mc.lastKind[r.Backend] = r
 		mc.visited[r.Backend] = true
 	}
+	mc.afterHook()
+}
+
+// afterHook lets OnAttempt's time pass.
+func (mc *mcall) afterHook() {
+	hook := mc.m.d.calls[mc.ci].hook
+	if hook == 0 {
+		return
+	}
+	end := mc.now + hook
+	mc.m.apart(end, mc.cancelAt, "hook end and cancel")
+	mc.m.apart(end, mc.deadAt, "hook end and deadline")
+	mc.now = end
 }
 
 // backend runs the attempts of one backend; it reports whether Do returned.
@@ -330,6 +343,21 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			model = "unknown"
 		}
 		base := rec{Backend: b, Model: model, Try: try, Start: mc.now, Raw: "<nil>"}
+
+		// The context is checked before every attempt; only a slow
+		// OnAttempt can let it end between attempts.
+		// The record before then says what actually happened: Do
+		// stopped, for the caller's sake.
+		if mc.cancelAt <= mc.now && mc.cancelAt < mc.deadAt {
+			mc.cutWait(llmretry.WhyCancelled)
+			mc.cancelled(mc.cancelBy)
+			return true
+		}
+		if mc.deadAt <= mc.now {
+			mc.cutWait(llmretry.WhyDeadline)
+			mc.exhaust()
+			return true
+		}
 
 		probe := false
 		if br != nil && br.open {
@@ -523,6 +551,23 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		}
 		r.Next, r.RetryIn = llmretry.NextRetry, in
 		mc.emit(r)
+		// The wait is checked again once OnAttempt returns: a slow
+		// hook turns a retry into a give-up for the reserve, which
+		// the record in the error (not the one the hook saw) says.
+		if mc.deadAt <= mc.now && mc.deadAt < mc.cancelAt {
+			mc.cutWait(llmretry.WhyDeadline)
+			mc.exhaust()
+			return true
+		}
+		if mc.cancelAt > mc.now && !mc.fits(p, in) {
+			a := &mc.out.Attempts[len(mc.out.Attempts)-1]
+			a.Why, a.RetryIn, a.Next = llmretry.WhyReserve, 0, llmretry.NextFallOver
+			if last {
+				a.Next = llmretry.NextStop
+				mc.exhaust()
+			}
+			return last
+		}
 		if mc.sleep(in) {
 			return true
 		}
@@ -574,7 +619,8 @@ func (mc *mcall) sleep(d time.Duration) bool {
 	mc.m.apart(end, mc.deadAt, "wait end and deadline")
 	switch {
 	case mc.cancelAt < end:
-		mc.now = mc.cancelAt
+		// A cancel during a slow OnAttempt ends the wait as it starts.
+		mc.now = max(mc.now, mc.cancelAt)
 		mc.cutWait(llmretry.WhyCancelled)
 		mc.cancelled(mc.cancelBy)
 		return true
@@ -589,6 +635,9 @@ func (mc *mcall) sleep(d time.Duration) bool {
 }
 
 func (mc *mcall) cutWait(why llmretry.Why) {
+	if len(mc.out.Attempts) == 0 {
+		return
+	}
 	r := &mc.out.Attempts[len(mc.out.Attempts)-1]
 	r.Next, r.Why, r.RetryIn = llmretry.NextStop, why, 0
 }
@@ -598,6 +647,7 @@ func (mc *mcall) emitSuccess(r rec, resp string, br *mbreaker) {
 		br.count, br.open = 0, false
 	}
 	mc.out.Hooks = append(mc.out.Hooks, r)
+	mc.afterHook()
 	mc.out.Attempts = nil
 	mc.out.Resp, mc.out.ErrType = resp, "nil"
 	mc.out.RetryItem = false
@@ -660,7 +710,16 @@ func (mc *mcall) exhaust() {
 		trunc = trunc || r.Kind == llmretry.KindTruncated
 		timeout = timeout || r.Kind == llmretry.KindTimeout
 	}
+	// AMBIGUOUS: Do's doc says "when ctx's deadline passes, Do stops and
+	// returns a *TimedOut", Exhaust's that the type follows from the
+	// records. When the deadline passes during the last OnAttempt, after
+	// Do has decided to stop for another reason, Do keeps the type (and
+	// the cause) that the records give; the deadline counts only when it
+	// is what stopped Do.
 	deadlinePassed := mc.hasDead && mc.deadAt <= mc.now
+	if n := len(mc.out.Attempts); n > 0 {
+		deadlinePassed = mc.out.Attempts[n-1].Why == llmretry.WhyDeadline
+	}
 	switch {
 	case trunc:
 		mc.out.ErrType, mc.out.RetryItem = "*Truncated", false

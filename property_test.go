@@ -38,7 +38,8 @@ var (
 //   - Backend.Timeout is whole milliseconds plus 1µs, StallTimeout plus 2µs,
 //     and a Breaker's Cooldown plus 3µs;
 //   - the caller's deadline and cancel are whole milliseconds plus 0.5ms
-//     after its call began.
+//     after its call began;
+//   - a slow OnAttempt takes whole milliseconds plus 11µs.
 //
 // Sums of a few of these stay apart. Jittered waits land anywhere, so a
 // tie is still possible in principle; the model detects any exact tie
@@ -49,6 +50,7 @@ const (
 	cooldownOffset = 3 * time.Microsecond
 	callerOffset   = 500 * time.Microsecond
 	gapOffset      = 7 * time.Microsecond
+	hookOffset     = 11 * time.Microsecond
 )
 
 // maxRecords bounds the records of one call, on both sides: a Do (or a
@@ -107,6 +109,7 @@ type drawCall struct {
 	deadlineErr error         // the cause given to WithDeadlineCause; nil: plain deadline
 	cancel      time.Duration // after the call began; 0: none; negative: cancelled before Do
 	cancelErr   error         // the cause given to the CancelCauseFunc; nil: plain cancel
+	hook        time.Duration // how long OnAttempt takes, in virtual time
 }
 
 // errLabels names every error a draw can hand to Do, so records can be
@@ -255,6 +258,9 @@ func generate(seed uint64) *draw {
 		if c.cancel != 0 && r.IntN(2) == 0 {
 			c.cancelErr = errors.New("caller cancel cause")
 		}
+		if r.IntN(5) == 0 {
+			c.hook = pick(r, msec(1), msec(20), 2*time.Second, 30*time.Second) + hookOffset
+		}
 		d.calls = append(d.calls, c)
 	}
 	return d
@@ -367,6 +373,9 @@ func (d *draw) String() string {
 				b.WriteString(" with cause")
 			}
 		}
+		if c.hook != 0 {
+			fmt.Fprintf(&b, ", OnAttempt takes %v", c.hook)
+		}
 		b.WriteString("\n")
 	}
 	return b.String()
@@ -426,9 +435,12 @@ func play(t *testing.T, d *draw) []propOutcome {
 		breakers := make([]*llmretry.Breaker, len(d.backends))
 		var hooks []rec
 		var runaway func()
+		var hookTime time.Duration
 		chain := &llmretry.Chain[string, string]{
 			OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 				hooks = append(hooks, toRec(a, t0, l))
+				// A slow hook: its time passes on the bubble's clock.
+				time.Sleep(hookTime)
 				if len(hooks) == maxRecords {
 					// A runaway Do: end it, and let the comparison
 					// show the records.
@@ -456,6 +468,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 			// Advancing the bubble's clock between calls is what a gap
 			// is; nothing is being waited for.
 			time.Sleep(c.gap)
+			hookTime = c.hook
 			outs = append(outs, playCall(chain, c, t0, l, &hooks, &runaway))
 		}
 	})
