@@ -231,7 +231,7 @@ func generate(seed uint64) *draw {
 		d.backends = append(d.backends, b)
 	}
 	nc := 1
-	if r.IntN(3) == 0 {
+	if r.IntN(2) == 0 {
 		nc = 2 + r.IntN(2)
 	}
 	for ci := range nc {
@@ -580,6 +580,7 @@ func TestChainMatchesModel(t *testing.T) {
 	start := time.Now()
 	skipped, failed := 0, 0
 	ties := map[string]int{}
+	seen := map[string]int{} // how often each outcome and why came up, to show the draws reach them
 	for _, seed := range seeds {
 		d := generate(seed)
 		got := play(t, d)
@@ -591,6 +592,18 @@ func TestChainMatchesModel(t *testing.T) {
 				t.Logf("draw %d skipped: %s", seed, tie)
 			}
 			continue
+		}
+		for _, o := range got {
+			seen[o.ErrType]++
+			for _, r := range o.Attempts {
+				seen["why "+string(r.Why)]++
+				if r.Skipped {
+					seen["skipped"]++
+				}
+				if r.Delivered {
+					seen["delivered"]++
+				}
+			}
 		}
 		diff := cmp.Diff(want, got, cmpopts.EquateEmpty())
 		if diff == "" && len(problems) == 0 {
@@ -610,6 +623,7 @@ func TestChainMatchesModel(t *testing.T) {
 		}
 	}
 	t.Logf("%d draws from seed %d in %v (%d skipped for ties: %v)", len(seeds), seeds[0], time.Since(start), skipped, ties)
+	t.Logf("seen: %v", seen)
 }
 
 func fmtOutcomes(os []propOutcome) string {
