@@ -278,10 +278,13 @@ func (mc *mcall) fits(p llmretry.Policy, w time.Duration) bool {
 	end := mc.now + w
 	res, has := mc.reserve(p)
 	if !has {
-		mc.m.apart(end, mc.deadAt, "wait end and deadline")
+		// AMBIGUOUS: with a negative Reserve, Policy says "a wait must
+		// still end before the deadline", WhyReserve "the next wait
+		// would end past the deadline". A wait that ends at the deadline
+		// itself is neither; Do refuses it (it could not be used).
 		return end < mc.deadAt
 	}
-	mc.m.apart(mc.deadAt-end, res, "reserve left after a wait")
+	// "Leave less than the reserve" fails: exactly the reserve fits.
 	return mc.deadAt-end >= res
 }
 

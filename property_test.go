@@ -38,7 +38,7 @@ var (
 //   - Backend.Timeout is whole milliseconds plus 1µs, StallTimeout plus 2µs,
 //     and a Breaker's Cooldown plus 3µs;
 //   - the caller's deadline and cancel are whole milliseconds plus 0.5ms
-//     after its call began;
+//     after its call began (except a boundary deadline, below);
 //   - a slow OnAttempt takes whole milliseconds plus 11µs.
 //
 // Sums of a few of these stay apart. Jittered waits land anywhere, so a
@@ -246,6 +246,11 @@ func generate(seed uint64) *draw {
 		default:
 			c.deadline = pick(r, msec(100), time.Second, 5*time.Second, 20*time.Second, 90*time.Second, 10*time.Minute) + callerOffset
 		}
+		if ci == 0 && r.IntN(8) == 0 {
+			if at, ok := boundaryDeadline(d.backends[0]); ok {
+				c.deadline = at
+			}
+		}
 		if c.deadline != 0 && r.IntN(2) == 0 {
 			c.deadlineErr = errors.New("caller deadline cause")
 		}
@@ -264,6 +269,28 @@ func generate(seed uint64) *draw {
 		d.calls = append(d.calls, c)
 	}
 	return d
+}
+
+// boundaryDeadline is a deadline off the grid, on purpose: one that leaves
+// exactly the reserve after backend b's first wait, if its first attempt
+// fails as scripted and is retried. Whether such a wait fits is arithmetic,
+// not a race between timers, and the docs settle it ("less than the
+// reserve" fails), so it is worth a draw.
+func boundaryDeadline(b drawBackend) (time.Duration, bool) {
+	p := b.policy
+	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour {
+		return 0, false
+	}
+	used := b.script[0].dur + p.Waits[0]
+	switch {
+	case p.Reserve > 0:
+		return used + p.Reserve, true
+	case p.Reserve < 0:
+		return used, true // the wait would end at the deadline itself
+	case 2*used < 2*llmretry.DefaultReserve && used > 0:
+		return 2 * used, true // half of the time left is what the wait leaves
+	}
+	return 0, false
 }
 
 func genStep(r *rand.Rand, label string) pstep {
