@@ -263,7 +263,7 @@ func generate(seed uint64) *draw {
 		if c.cancel != 0 && r.IntN(2) == 0 {
 			c.cancelErr = errors.New("caller cancel cause")
 		}
-		if r.IntN(5) == 0 {
+		if r.IntN(4) == 0 {
 			c.hook = pick(r, msec(1), msec(20), 2*time.Second, 30*time.Second) + hookOffset
 		}
 		d.calls = append(d.calls, c)
