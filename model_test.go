@@ -826,6 +826,14 @@ func (mc *mcall) attempt(b int) result {
 		m.tie = "a call that never returns"
 		return res
 	}
+	// A Call returning at the very instant the caller's context ends
+	// (other than because it ended) races the context's timer.
+	if !(s.honour && ctxDone && by == "cancel") {
+		m.apart(res.ret, mc.cancelAt, "a call's return and the caller's cancel")
+	}
+	if !(s.honour && ctxDone && by == "deadline") {
+		m.apart(res.ret, mc.deadAt, "a call's return and the caller's deadline")
+	}
 	// The caller's context at the moment the Call returned.
 	switch {
 	case mc.cancelAt <= res.ret && mc.cancelAt < mc.deadAt:
