@@ -13,7 +13,9 @@ import (
 // it predicts every record, the error, its cause and advice, and when Do
 // returns, in virtual time. Where the documentation leaves a point open,
 // the model follows what Do does and says so in a comment marked
-// AMBIGUOUS.
+// AMBIGUOUS. Where Do breaks a promise the docs make, the model keeps the
+// promise, and a comment marked KNOWN DEVIATION says how such draws are
+// skipped (and counted) until Do or the docs change.
 
 // model is the state of one draw's prediction.
 type model struct {
@@ -137,7 +139,7 @@ func (mc *mcall) run(c drawCall) {
 		return
 	}
 	if mc.deadAt <= mc.now {
-		mc.timedOut()
+		mc.exhaust()
 		return
 	}
 
@@ -338,7 +340,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		// come-back counts. Do starts it again at 1.
 		mc.tries[b] = 0
 	}
-	for retry := 0; mc.m.tie == ""; retry++ {
+	for mc.m.tie == "" {
 		mc.tries[b]++
 		try := mc.tries[b]
 		model := db.model
@@ -692,10 +694,6 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 func (mc *mcall) cancelled(cause string) {
 	mc.out.ErrType, mc.out.Cause, mc.out.RetryItem = "*Cancelled", cause, true
 	mc.out.End = mc.now
-}
-
-func (mc *mcall) timedOut() {
-	mc.exhaust()
 }
 
 // exhaust ends the call with the error Exhaust chooses.
