@@ -1,0 +1,668 @@
+package llmretry_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/llmretry/llmretry"
+)
+
+// The property test plays random chains with random fault scripts in
+// virtual time and compares what Do did, record by record, with what an
+// independent model (model_test.go) predicts from the package
+// documentation. A failing draw prints its seed; -seed replays it alone.
+var (
+	propDraws = flag.Int("draws", 2000, "how many random draws TestChainMatchesModel plays")
+	propSeed  = flag.Uint64("seed", 0, "replay the one draw of TestChainMatchesModel with this seed (0: play -draws random draws)")
+)
+
+// Times in a draw sit on grids that cannot coincide, so that no two
+// independent events happen at the same instant (which of them Do sees first
+// would then be a matter of timer order, not of the contract):
+//
+//   - scripted call durations, delivery offsets, waits, retry-after hints and
+//     gaps between calls are whole milliseconds;
+//   - Backend.Timeout is whole milliseconds plus 1µs, StallTimeout plus 2µs,
+//     and a Breaker's Cooldown plus 3µs;
+//   - the caller's deadline and cancel are whole milliseconds plus 0.5ms
+//     after its call began (except a boundary deadline, below);
+//   - a slow OnAttempt takes whole milliseconds plus 11µs.
+//
+// Sums of a few of these stay apart. Jittered waits land anywhere, so a
+// tie is still possible in principle; the model detects any exact tie
+// between independent events and skips that draw rather than guess.
+const (
+	timeoutOffset  = time.Microsecond
+	stallOffset    = 2 * time.Microsecond
+	cooldownOffset = 3 * time.Microsecond
+	callerOffset   = 500 * time.Microsecond
+	gapOffset      = 7 * time.Microsecond
+	hookOffset     = 11 * time.Microsecond
+)
+
+// maxRecords bounds the records of one call, on both sides: a Do (or a
+// model) that loops is stopped and reported rather than left to eat memory.
+const maxRecords = 5000
+
+var errRunaway = errors.New("runaway: too many attempts")
+
+// forever stands for a call that never returns on its own.
+const forever = time.Duration(1<<63 - 1)
+
+// A draw is one property-test case: a chain and the calls made through it.
+type draw struct {
+	seed     uint64
+	backends []drawBackend
+	calls    []drawCall
+}
+
+type drawBackend struct {
+	model        string
+	policy       llmretry.Policy
+	timeout      time.Duration
+	stallTimeout time.Duration
+	breaker      *breakerCfg // nil: none
+	script       []pstep     // consumed in order across the draw's calls; past its end every call succeeds
+}
+
+type breakerCfg struct {
+	failures int
+	cooldown time.Duration
+}
+
+// A pstep is one scripted attempt.
+type pstep struct {
+	dur      time.Duration   // when the call returns on its own; forever: it hangs
+	delivers []time.Duration // offsets at which it calls Delivered (only while its context is live)
+	honour   bool            // returns as soon as its context is done
+	cause    bool            // on its context's end, returns an error wrapping context.Cause, not ctx.Err()
+	ok       bool            // returns a response, not an error
+	err      error           // the error it returns when !ok
+	label    string          // names this pstep's response or error in records
+	desc     string          // readable description
+
+	// What the documentation says the error is, written down by the
+	// generator from the tables in doc.go and errkind's doc comments (not
+	// by asking Classify), for the model.
+	kind   llmretry.Kind
+	status int
+	hint   time.Duration
+	raw    *string
+}
+
+type drawCall struct {
+	gap         time.Duration // virtual time between the previous call's return and this call
+	deadline    time.Duration // after the call began; 0: none
+	deadlineErr error         // the cause given to WithDeadlineCause; nil: plain deadline
+	cancel      time.Duration // after the call began; 0: none; negative: cancelled before Do
+	cancelErr   error         // the cause given to the CancelCauseFunc; nil: plain cancel
+	hook        time.Duration // how long OnAttempt takes, in virtual time
+}
+
+// errLabels names every error a draw can hand to Do, so records can be
+// compared by identity.
+type errLabels map[error]string
+
+func (d *draw) labels() errLabels {
+	l := errLabels{
+		errRunaway:                 "errRunaway",
+		context.Canceled:           "context.Canceled",
+		context.DeadlineExceeded:   "context.DeadlineExceeded",
+		llmretry.ErrAttemptTimeout: "ErrAttemptTimeout",
+		llmretry.ErrStalled:        "ErrStalled",
+	}
+	for _, b := range d.backends {
+		for _, s := range b.script {
+			if s.err != nil {
+				if _, ok := l[s.err]; !ok {
+					l[s.err] = s.label
+				}
+			}
+		}
+	}
+	for i, c := range d.calls {
+		if c.deadlineErr != nil {
+			l[c.deadlineErr] = fmt.Sprintf("call%d.deadline-cause", i)
+		}
+		if c.cancelErr != nil {
+			l[c.cancelErr] = fmt.Sprintf("call%d.cancel-cause", i)
+		}
+	}
+	return l
+}
+
+// ctxReturn is what an honouring Call with pstep.cause returns when its
+// context ends: the context's cause, wrapped as an HTTP client would.
+type ctxReturn struct{ cause error }
+
+func (e *ctxReturn) Error() string { return "call: " + e.cause.Error() }
+func (e *ctxReturn) Unwrap() error { return e.cause }
+
+func (l errLabels) of(err error) string {
+	if err == nil {
+		return ""
+	}
+	if s, ok := l[err]; ok {
+		return s
+	}
+	if r, ok := err.(*ctxReturn); ok {
+		return "ctxreturn(" + l.of(r.cause) + ")"
+	}
+	return fmt.Sprintf("unlabelled %T: %v", err, err)
+}
+
+func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }
+
+func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// generate makes the draw of seed.
+func generate(seed uint64) *draw {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	d := &draw{seed: seed}
+	n := 1 + r.IntN(4)
+	for bi := range n {
+		var b drawBackend
+		b.model = fmt.Sprintf("m%d", bi)
+		if r.IntN(10) == 0 {
+			b.model = ""
+		}
+		nw := r.IntN(5)
+		for range nw {
+			b.policy.Waits = append(b.policy.Waits, pick(r, 0, msec(100), msec(500), time.Second, 2*time.Second, 5*time.Second, 15*time.Second, 45*time.Second))
+		}
+		if nw > 0 {
+			switch r.IntN(4) {
+			case 0:
+				b.policy.Waits[nw-1] = 0
+			case 1:
+				b.policy.Waits[nw-1] = pick(r, msec(1), msec(250), msec(900))
+			}
+			switch r.IntN(6) {
+			case 0, 1, 2:
+			case 3:
+				b.policy.Reserve = -time.Second
+			default:
+				b.policy.Reserve = pick(r, time.Second, 5*time.Second, 30*time.Second, 90*time.Second)
+			}
+			switch r.IntN(6) {
+			case 0, 1, 2:
+			case 3:
+				b.policy.MaxWait = -time.Second
+			default:
+				b.policy.MaxWait = pick(r, msec(500), 2*time.Second, 10*time.Second, time.Minute)
+			}
+			switch r.IntN(5) {
+			case 0:
+				b.policy.Jitter = 1
+			case 1:
+				b.policy.Jitter = 1 - r.Float64() // (0, 1]
+			}
+		}
+		if r.IntN(5) < 2 {
+			b.timeout = pick(r, msec(300), 2*time.Second, 10*time.Second, 40*time.Second) + timeoutOffset
+		}
+		if r.IntN(10) < 3 {
+			b.stallTimeout = pick(r, msec(200), time.Second, 5*time.Second) + stallOffset
+		}
+		if r.IntN(5) < 2 {
+			c := &breakerCfg{failures: r.IntN(4)}
+			if r.IntN(3) > 0 {
+				c.cooldown = pick(r, msec(500), 2*time.Second, 10*time.Second, time.Minute) + cooldownOffset
+			}
+			b.breaker = c
+		}
+		ns := 1 + r.IntN(8)
+		for si := range ns {
+			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si)))
+		}
+		d.backends = append(d.backends, b)
+	}
+	nc := 1
+	if r.IntN(2) == 0 {
+		nc = 2 + r.IntN(2)
+	}
+	for ci := range nc {
+		var c drawCall
+		if ci > 0 {
+			c.gap = pick(r, 0, time.Second, 10*time.Second, 40*time.Second) + gapOffset
+		}
+		switch r.IntN(10) {
+		case 0, 1, 2, 3:
+		case 4:
+			c.deadline = -callerOffset // passed before Do began
+		default:
+			c.deadline = pick(r, msec(100), time.Second, 5*time.Second, 20*time.Second, 90*time.Second, 10*time.Minute) + callerOffset
+		}
+		if ci == 0 && r.IntN(8) == 0 {
+			if at, ok := boundaryDeadline(d.backends[0]); ok {
+				c.deadline = at
+			}
+		}
+		if c.deadline != 0 && r.IntN(2) == 0 {
+			c.deadlineErr = errors.New("caller deadline cause")
+		}
+		switch r.IntN(12) {
+		case 0:
+			c.cancel = -callerOffset
+		case 1, 2:
+			c.cancel = pick(r, msec(10), msec(400), 3*time.Second, 30*time.Second) + callerOffset
+		}
+		if c.cancel != 0 && r.IntN(2) == 0 {
+			c.cancelErr = errors.New("caller cancel cause")
+		}
+		if r.IntN(4) == 0 {
+			c.hook = pick(r, msec(1), msec(20), 2*time.Second, 30*time.Second) + hookOffset
+		}
+		d.calls = append(d.calls, c)
+	}
+	return d
+}
+
+// boundaryDeadline is a deadline off the grid, on purpose: one that leaves
+// exactly the reserve after backend b's first wait, if its first attempt
+// fails as scripted and is retried. Whether such a wait fits is arithmetic,
+// not a race between timers, and the docs settle it ("less than the
+// reserve" fails), so it is worth a draw.
+func boundaryDeadline(b drawBackend) (time.Duration, bool) {
+	p := b.policy
+	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour {
+		return 0, false
+	}
+	used := b.script[0].dur + p.Waits[0]
+	switch {
+	case p.Reserve > 0:
+		return used + p.Reserve, true
+	case p.Reserve < 0:
+		return used, true // the wait would end at the deadline itself
+	case 2*used < 2*llmretry.DefaultReserve && used > 0:
+		return 2 * used, true // half of the time left is what the wait leaves
+	}
+	return 0, false
+}
+
+func genStep(r *rand.Rand, label string) pstep {
+	s := pstep{label: label, honour: r.IntN(4) > 0, cause: r.IntN(2) == 0}
+	s.dur = pick(r, 0, msec(1), msec(50), msec(300), time.Second, 3*time.Second, 20*time.Second, 70*time.Second)
+	switch k := r.IntN(100); {
+	case k < 15:
+		s.ok, s.desc = true, "ok"
+	case k < 50:
+		code := pick(r, 429, 500, 503, 529, 400, 401, 408)
+		var h http.Header
+		s.desc = fmt.Sprintf("http %d", code)
+		if r.IntN(5) < 2 {
+			h = http.Header{}
+			if r.IntN(2) == 0 {
+				n := pick(r, 0, 1, 2, 30, 400)
+				v := fmt.Sprint(n)
+				s.hint = time.Duration(n) * time.Second
+				h.Set("Retry-After", v)
+				s.desc += " retry-after " + v
+			} else {
+				n := pick(r, 50, 1500, 2500)
+				v := fmt.Sprint(n)
+				s.hint = msec(n)
+				h.Set("Retry-After-Ms", v)
+				s.desc += " retry-after-ms " + v
+			}
+		}
+		s.err = llmretry.StatusFailure(code, h, errors.New(label))
+		s.status, s.kind = code, llmretry.KindRejected // any other 4xx
+		switch {
+		case code == 408, code == 429, code >= 500:
+			s.kind = llmretry.KindTransient
+		}
+	case k < 58:
+		raw := "raw " + label
+		s.err, s.desc, s.kind, s.raw = llmretry.Truncation(raw), "truncation", llmretry.KindTruncated, &raw
+	case k < 68:
+		raw := "raw " + label
+		s.err, s.desc, s.kind, s.raw = llmretry.ParseFailure(raw, errors.New(label)), "parse failure", llmretry.KindParse, &raw
+	case k < 76:
+		s.err, s.desc, s.kind = errors.New(label), "plain error", llmretry.KindUnknown
+	case k < 81:
+		s.err, s.desc, s.kind = io.ErrUnexpectedEOF, "unexpected EOF", llmretry.KindTransient
+	case k < 84:
+		s.err, s.desc, s.kind = context.Canceled, "context.Canceled", llmretry.KindCancelled
+	case k < 87:
+		s.err, s.desc, s.kind = context.DeadlineExceeded, "context.DeadlineExceeded", llmretry.KindTimeout
+	default:
+		// A hang lasts until its context ends; three hours stands in
+		// for never, so that a draw with nothing to end it still ends.
+		s.dur, s.honour, s.desc = 3*time.Hour, true, "hang"
+		s.err, s.kind = errors.New(label), llmretry.KindUnknown
+	}
+	if r.IntN(100) < 18 && s.dur > 0 {
+		for range 1 + r.IntN(2) {
+			hi := min(s.dur, 30*time.Second)
+			s.delivers = append(s.delivers, time.Duration(r.Int64N(int64(hi/time.Millisecond)))*time.Millisecond)
+		}
+		slices.Sort(s.delivers)
+	}
+	return s
+}
+
+func (d *draw) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "draw %d:\n", d.seed)
+	for i, be := range d.backends {
+		fmt.Fprintf(&b, "  backend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
+			i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
+		if be.breaker != nil {
+			fmt.Fprintf(&b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
+		}
+		b.WriteString("\n")
+		for _, s := range be.script {
+			fmt.Fprintf(&b, "    %s: %s", s.label, s.desc)
+			if s.dur == forever {
+				b.WriteString(" until its context ends")
+			} else {
+				fmt.Fprintf(&b, " after %v", s.dur)
+			}
+			if len(s.delivers) > 0 {
+				fmt.Fprintf(&b, ", delivering at %v", s.delivers)
+			}
+			if s.honour {
+				b.WriteString(", honours its context")
+				if s.cause {
+					b.WriteString(" (returns its cause)")
+				}
+			} else {
+				b.WriteString(", ignores its context")
+			}
+			b.WriteString("\n")
+		}
+	}
+	for i, c := range d.calls {
+		fmt.Fprintf(&b, "  call %d: gap %v", i, c.gap)
+		if c.deadline != 0 {
+			fmt.Fprintf(&b, ", deadline %v", c.deadline)
+			if c.deadlineErr != nil {
+				b.WriteString(" with cause")
+			}
+		}
+		if c.cancel != 0 {
+			fmt.Fprintf(&b, ", cancel at %v", c.cancel)
+			if c.cancelErr != nil {
+				b.WriteString(" with cause")
+			}
+		}
+		if c.hook != 0 {
+			fmt.Fprintf(&b, ", OnAttempt takes %v", c.hook)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// rec is an Attempt as the comparison sees it: times relative to the
+// draw's start and the error by its label.
+type rec struct {
+	Backend    int
+	Model      string
+	Try        int
+	Kind       llmretry.Kind
+	Status     int
+	RetryAfter time.Duration
+	Start      time.Duration
+	Elapsed    time.Duration
+	Skipped    bool
+	Delivered  bool
+	Next       llmretry.Next
+	Why        llmretry.Why
+	RetryIn    time.Duration
+	Err        string
+	Raw        string // "<nil>" when RawText is nil
+}
+
+// propOutcome is what one call through the chain gave.
+type propOutcome struct {
+	Resp      string
+	ErrType   string // "nil", "*Exhausted", "*Truncated", "*TimedOut", "*Cancelled"
+	Attempts  []rec  // the records in the returned error
+	Hooks     []rec  // what OnAttempt saw
+	Cause     string // Cancelled.Cause or TimedOut.Cause by label
+	RetryItem bool
+	End       time.Duration // when Do returned, relative to the draw's start
+}
+
+func toRec(a llmretry.Attempt, t0 time.Time, l errLabels) rec {
+	raw := "<nil>"
+	if a.RawText != nil {
+		raw = *a.RawText
+	}
+	return rec{
+		Backend: a.Backend, Model: a.Model, Try: a.Try, Kind: a.Kind, Status: a.Status,
+		RetryAfter: a.RetryAfter, Start: a.Start.Sub(t0), Elapsed: a.Elapsed,
+		Skipped: a.Skipped, Delivered: a.Delivered, Next: a.Next, Why: a.Why, RetryIn: a.RetryIn,
+		Err: l.of(a.Err), Raw: raw,
+	}
+}
+
+// play runs the draw through Do in a synctest bubble and reports each call.
+func play(t *testing.T, d *draw) []propOutcome {
+	var outs []propOutcome
+	synctest.Test(t, func(t *testing.T) {
+		l := d.labels()
+		t0 := time.Now()
+		next := make([]int, len(d.backends))
+		breakers := make([]*llmretry.Breaker, len(d.backends))
+		var hooks []rec
+		var runaway func()
+		var hookTime time.Duration
+		chain := &llmretry.Chain[string, string]{
+			OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+				hooks = append(hooks, toRec(a, t0, l))
+				// A slow hook: its time passes on the bubble's clock.
+				time.Sleep(hookTime)
+				if len(hooks) == maxRecords {
+					// A runaway Do: end it, and let the comparison
+					// show the records.
+					runaway()
+				}
+			},
+		}
+		for bi, b := range d.backends {
+			if b.breaker != nil {
+				breakers[bi] = &llmretry.Breaker{Failures: b.breaker.failures, Cooldown: b.breaker.cooldown}
+			}
+			chain.Backends = append(chain.Backends, llmretry.Backend[string, string]{
+				Model: b.model, Retry: b.policy, Timeout: b.timeout, StallTimeout: b.stallTimeout, Breaker: breakers[bi],
+				Call: func(ctx context.Context, _ string) (string, error) {
+					i := next[bi]
+					next[bi]++
+					if i >= len(b.script) {
+						return fmt.Sprintf("b%d.default", bi), nil
+					}
+					return runStep(ctx, b.script[i])
+				},
+			})
+		}
+		for _, c := range d.calls {
+			// Advancing the bubble's clock between calls is what a gap
+			// is; nothing is being waited for.
+			time.Sleep(c.gap)
+			hookTime = c.hook
+			outs = append(outs, playCall(chain, c, t0, l, &hooks, &runaway))
+		}
+	})
+	return outs
+}
+
+func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l errLabels, hooks *[]rec, runaway *func()) propOutcome {
+	*hooks = nil
+	start := time.Now()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	*runaway = func() { cancel(errRunaway) }
+	if c.deadline != 0 {
+		var stop context.CancelFunc
+		if c.deadlineErr != nil {
+			ctx, stop = context.WithDeadlineCause(ctx, start.Add(c.deadline), c.deadlineErr)
+		} else {
+			ctx, stop = context.WithDeadline(ctx, start.Add(c.deadline))
+		}
+		defer stop()
+	}
+	switch {
+	case c.cancel < 0:
+		cancel(c.cancelErr)
+	case c.cancel > 0:
+		tm := time.AfterFunc(c.cancel, func() { cancel(c.cancelErr) })
+		defer tm.Stop()
+	}
+	resp, err := chain.Do(ctx, "req")
+	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: *hooks}
+	var atts []llmretry.Attempt
+	switch e := err.(type) {
+	case nil:
+		o.ErrType = "nil"
+	case *llmretry.Exhausted:
+		o.ErrType, atts = "*Exhausted", e.Attempts
+	case *llmretry.Truncated:
+		o.ErrType, atts = "*Truncated", e.Attempts
+	case *llmretry.TimedOut:
+		o.ErrType, atts, o.Cause = "*TimedOut", e.Attempts, l.of(e.Cause)
+	case *llmretry.Cancelled:
+		o.ErrType, atts, o.Cause = "*Cancelled", e.Attempts, l.of(e.Cause)
+	default:
+		o.ErrType = fmt.Sprintf("%T: %v", err, err)
+	}
+	for _, a := range atts {
+		o.Attempts = append(o.Attempts, toRec(a, t0, l))
+	}
+	return o
+}
+
+// runStep plays one scripted attempt on the bubble's clock.
+func runStep(ctx context.Context, s pstep) (string, error) {
+	start := time.Now()
+	ended := func() (string, error) {
+		if s.cause {
+			return "", &ctxReturn{context.Cause(ctx)}
+		}
+		return "", ctx.Err()
+	}
+	until := func(at time.Duration) (done bool) {
+		d := time.Until(start.Add(at))
+		if !s.honour {
+			time.Sleep(d)
+			return false
+		}
+		tm := time.NewTimer(d)
+		defer tm.Stop()
+		select {
+		case <-tm.C:
+			return false
+		case <-ctx.Done():
+			return true
+		}
+	}
+	for _, at := range s.delivers {
+		if until(at) {
+			return ended()
+		}
+		// Even a Call that ignores its context for returning stops
+		// handing out output once it is done.
+		if ctx.Err() == nil {
+			llmretry.Delivered(ctx)
+		}
+	}
+	if s.dur == forever {
+		<-ctx.Done()
+		return ended()
+	}
+	if until(s.dur) {
+		return ended()
+	}
+	if s.ok {
+		return s.label, nil
+	}
+	return "", s.err
+}
+
+func TestChainMatchesModel(t *testing.T) {
+	seeds := make([]uint64, 0, *propDraws)
+	if *propSeed != 0 {
+		seeds = append(seeds, *propSeed)
+	} else {
+		base := rand.Uint64()
+		for i := range *propDraws {
+			seeds = append(seeds, base+uint64(i)*0x9e3779b97f4a7c15|1)
+		}
+	}
+	start := time.Now()
+	skipped, failed := 0, 0
+	ties := map[string]int{}
+	seen := map[string]int{} // how often each outcome and why came up, to show the draws reach them
+	for _, seed := range seeds {
+		d := generate(seed)
+		got := play(t, d)
+		want, problems, tie := predict(d, got)
+		if tie != "" {
+			skipped++
+			ties[strings.SplitN(tie, " at ", 2)[0]]++
+			if *propSeed != 0 {
+				t.Logf("draw %d skipped: %s", seed, tie)
+			}
+			continue
+		}
+		for _, o := range got {
+			seen[o.ErrType]++
+			for _, r := range o.Attempts {
+				seen["why "+string(r.Why)]++
+				if r.Skipped {
+					seen["skipped"]++
+				}
+				if r.Delivered {
+					seen["delivered"]++
+				}
+			}
+		}
+		diff := cmp.Diff(want, got, cmpopts.EquateEmpty())
+		if diff == "" && len(problems) == 0 {
+			if *propSeed != 0 {
+				t.Logf("%v\ngot %s", d, fmtOutcomes(got))
+			}
+			continue
+		}
+		failed++
+		if *propSeed != 0 {
+			t.Logf("want:%s\ngot:%s", fmtOutcomes(want), fmtOutcomes(got))
+		}
+		t.Errorf("Do() differs from the model\n%v\nproblems: %q\nDo() mismatch (-want +got):\n%s\nreplay: go test -run TestChainMatchesModel -seed %d -v",
+			d, problems, diff, seed)
+		if failed >= 3 {
+			t.Fatalf("stopping after %d failed draws", failed)
+		}
+	}
+	t.Logf("%d draws from seed %d in %v (%d skipped, for ties or known deviations: %v)", len(seeds), seeds[0], time.Since(start), skipped, ties)
+	t.Logf("seen: %v", seen)
+}
+
+func fmtOutcomes(os []propOutcome) string {
+	var b strings.Builder
+	for i, o := range os {
+		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.End)
+		for _, r := range o.Hooks {
+			fmt.Fprintf(&b, "  hook %+v\n", r)
+		}
+		for _, r := range o.Attempts {
+			fmt.Fprintf(&b, "  rec  %+v\n", r)
+		}
+	}
+	return b.String()
+}
