@@ -313,8 +313,7 @@ type run[Req, Resp any] struct {
 	// recovery into the secondary's truncations).
 	pos       int   // position in the plan
 	revisit   []int // backends planned a second time
-	deferred  []int // backends skipped for their breakers, not yet revisited
-	healthy   bool  // no backend after a deferred one failed for its health
+	deferred  []int // backends skipped for their breakers, not yet revisited, after which no backend failed for its health
 	revisited bool  // the second pass has been planned
 
 	line   *breakerWaiter // the call's place in a breaker's line, kept over a retry's wait
@@ -331,7 +330,7 @@ func (r *run[Req, Resp]) leaveLine() {
 
 // begin starts the state of one Do under ctx.
 func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
-	r := run[Req, Resp]{c: c, ctx: ctx, reserve: DefaultReserve, start: time.Now(), healthy: true}
+	r := run[Req, Resp]{c: c, ctx: ctx, reserve: DefaultReserve, start: time.Now()}
 	// Only the outermost retrying request retries: an LM that wraps an LM
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
@@ -365,7 +364,7 @@ func (r *run[Req, Resp]) last(k Kind) bool {
 // revisits reports whether a failure of Kind k at the end of the plan
 // sends the call back to the backends it skipped.
 func (r *run[Req, Resp]) revisits(k Kind) bool {
-	return !r.revisited && len(r.deferred) > 0 && r.healthy && !aboutHealth(k)
+	return !r.revisited && len(r.deferred) > 0 && !aboutHealth(k)
 }
 
 // aboutHealth reports whether a failure of Kind k says the backend is
@@ -379,8 +378,10 @@ func (r *run[Req, Resp]) fellOver(bi int) {
 		// Skipped, or left because its breaker would still be open when
 		// the retry's wait ended: come back to it.
 		r.deferred = append(r.deferred, bi)
-	case len(r.deferred) > 0 && aboutHealth(a.Kind):
-		r.healthy = false
+	case aboutHealth(a.Kind):
+		// The outage is wider than the backends skipped so far: none of
+		// them is worth coming back to. One skipped later still may be.
+		r.deferred = nil
 	}
 	if r.pos == r.planned()-1 && len(r.deferred) > 0 {
 		// The last record said fall_over: last() promised a second pass.

@@ -14,8 +14,7 @@ import (
 // every backend after it failed for a reason about the request". Here c is
 // skipped and the only backend after it, d, is rejected, so the call must
 // come back to c; that b, before c, failed for its health must not matter.
-// The property test (TestChainMatchesModel) found the case, and skips
-// draws like it as a known deviation until this passes.
+// The property test (TestChainMatchesModel) found the case.
 func TestComeBackAfterHealthFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sent := map[string]int{}

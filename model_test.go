@@ -14,8 +14,7 @@ import (
 // returns, in virtual time. Where the documentation leaves a point open,
 // the model follows what Do does and says so in a comment marked
 // AMBIGUOUS. Where Do breaks a promise the docs make, the model keeps the
-// promise, and a comment marked KNOWN DEVIATION says how such draws are
-// skipped (and counted) until Do or the docs change.
+// promise and the draw fails.
 
 // model is the state of one draw's prediction.
 type model struct {
@@ -190,15 +189,6 @@ func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []
 		}
 	}
 	slices.Sort(back)
-	if commit && len(keep) > 0 && len(back) > 0 {
-		// KNOWN DEVIATION: Do comes back to no skipped backend once any
-		// backend after the first skipped one gave up for a reason about
-		// its health, even to a skipped one after which every backend
-		// failed for a reason about the request, as doc.go promises
-		// (TestComeBackAfterHealthFailure). Until that is settled, such
-		// draws are counted and skipped rather than failed.
-		mc.m.tie = "known deviation: come-back after a health failure"
-	}
 	if commit {
 		mc.skipped = keep
 		for _, s := range back {
