@@ -20,7 +20,7 @@ import (
 type Attempt struct {
 	Backend    int           // 0-based position in the chain
 	Model      string        // the backend's Model, or "unknown"
-	Try        int           // 1 for the first request to this backend, 2 for its first retry, ...
+	Try        int           // 1 for the first request to this backend, 2 for its first retry, ...; a skip has the Try its request would have had
 	Kind       Kind          // how it failed; the zero Kind for a success
 	Status     int           // HTTP status when known
 	Err        error         // the backend's error as it returned it; nil for a success
@@ -54,7 +54,7 @@ type Why string
 const (
 	WhyNotRetryable Why = "not_retryable" // the attempt's Kind is not retried
 	WhyWaitsUsed    Why = "waits_used"    // the policy allows no further try: no waits, the list ran out without a deadline, or a zero last wait
-	WhyReserve      Why = "reserve"       // the next wait would end past the deadline, or leave less than the reserve
+	WhyReserve      Why = "reserve"       // the next wait would end at or past the deadline, or leave less than the reserve
 	WhyMaxWait      Why = "max_wait"      // the server's retry-after was longer than Policy.MaxWait
 	WhyDelivered    Why = "delivered"     // output had reached the caller: nothing may be resent
 	WhyDeadline     Why = "deadline"      // the caller's deadline passed

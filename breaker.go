@@ -39,9 +39,10 @@ const DefaultCooldown = 30 * time.Second
 //     passes the checks a retry-after hint passes (MaxWait, and the
 //     deadline less the reserve); otherwise it stops.
 //   - Half-open, after the open period, one call at a time goes through as
-//     a probe while others skip or wait. Its success closes the breaker;
-//     its failure opens it again for Cooldown, or until its own
-//     retry-after. Among waiting calls, the one whose Do began first gets
+//     a probe while others skip or wait. Any answer closes the breaker,
+//     even one that refuses or fumbles the request (the backend is up); a
+//     transient or timeout failure opens it again for Cooldown, or until
+//     its own retry-after. Among waiting calls, the one whose Do began first gets
 //     the probe, so outcomes do not depend on goroutine scheduling.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5

@@ -101,7 +101,8 @@ type Backend[Req, Resp any] struct {
 	// Call must return soon after its context is done, as net/http does.
 	// Do waits for it: a Call that ignores its context holds Do past the
 	// caller's cancel and past Timeout, and the chain can do nothing about
-	// it from the calling goroutine.
+	// it from the calling goroutine. If such a Call then returns an
+	// answer, Do returns it: the answer is there, and was paid for.
 	Call func(ctx context.Context, req Req) (Resp, error)
 	// Retry is the retry policy within this backend. The zero value makes
 	// one attempt, no retries.
@@ -114,7 +115,10 @@ type Backend[Req, Resp any] struct {
 	// streaming Call calls Delivered with every chunk it hands over, so a
 	// healthy stream runs as long as it keeps sending, while one that
 	// stalls is ended with [KindTimeout]: retried when nothing was
-	// delivered yet, returned at once when something was. 0 means none.
+	// delivered yet, returned at once when something was. The attempt's
+	// context is then cancelled with the cause [ErrStalled]: its Err is
+	// context.Canceled (it had no deadline), and the record's Kind is
+	// timeout whatever the Call returns. 0 means none.
 	StallTimeout time.Duration
 	// Breaker, when set, is the backend's health shared across calls: while
 	// it is open, calls skip the backend (or, when it is the last they can

@@ -107,15 +107,17 @@
 //	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open
 //	            "breaker"); a call with no backend left
 //	            waits, as it would for a retry-after
-//	half-open   one probe goes through, the waiting call   the probe's success: closed; its failure: open again
-//	            that began first; the others skip or wait
+//	half-open   one probe goes through, the waiting call   the probe's answer, even a refusal of the request: closed;
+//	            that began first; the others skip or wait  its transient or timeout failure: open again
 //
 // A call that skipped a backend comes back to it, as the last it can try,
 // when every backend after it failed for a reason about the request
-// (truncated, rejected, parse, unknown). On a backend with a Breaker a
-// retry-after hint is the wait itself, so the caller that got it comes back
-// when the breaker half-opens, with everyone else. [Breaker.State] reads it
-// for dashboards.
+// (truncated, rejected, parse, unknown); a backend skipped too does not
+// count against it, and a skipped last backend ends the call. It comes
+// back to every such backend, in chain order, at most once each. On a
+// backend with a Breaker a retry-after hint is the wait itself, so the
+// caller that got it comes back when the breaker half-opens, with everyone
+// else. [Breaker.State] reads it for dashboards.
 //
 // # Records
 //
