@@ -11,10 +11,11 @@ import (
 // This file is a model of Chain.Do written from the package documentation
 // (doc.go and the exported doc comments), not from chain.go: given a draw,
 // it predicts every record, the error, its cause and advice, and when Do
-// returns, in virtual time. Where the documentation leaves a point open,
+// returns, in virtual time. Where the documentation left a point open,
 // the model follows what Do does and says so in a comment marked
-// AMBIGUOUS. Where Do breaks a promise the docs make, the model keeps the
-// promise and the draw fails.
+// AMBIGUOUS; the points marked SETTLED were open when the model was
+// written, and the docs now say what Do does. Where Do breaks a promise
+// the docs make, the model keeps the promise and the draw fails.
 
 // model is the state of one draw's prediction.
 type model struct {
@@ -168,14 +169,11 @@ func (mc *mcall) run(c drawCall) {
 // reason about the request. With commit, it also marks them as come back
 // to, since the call comes back to each at most once.
 //
-// AMBIGUOUS: doc.go says a skipped backend is come back to "when every
-// backend after it failed for a reason about the request", and does not
-// say how a backend after it that was itself skipped (or fell over for its
-// breaker) counts, nor in which order several are come back to. Do counts
-// such a backend as no obstacle, so long as the last backend failed for a
-// reason about the request (a skipped last backend ends the call), and
-// comes back to every qualifying one, in chain order, each at most once.
-// The model does the same.
+// SETTLED: doc.go says a skipped backend is come back to "when every
+// backend after it failed for a reason about the request", that a backend
+// skipped too does not count against it, that a skipped last backend ends
+// the call, and that the call comes back to every such backend in chain
+// order, at most once each.
 func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []int {
 	if curSkipped || !aboutRequest(k) {
 		return nil
@@ -270,10 +268,9 @@ func (mc *mcall) fits(p llmretry.Policy, w time.Duration) bool {
 	end := mc.now + w
 	res, has := mc.reserve(p)
 	if !has {
-		// AMBIGUOUS: with a negative Reserve, Policy says "a wait must
-		// still end before the deadline", WhyReserve "the next wait
-		// would end past the deadline". A wait that ends at the deadline
-		// itself is neither; Do refuses it (it could not be used).
+		// SETTLED: with a negative Reserve a wait "must still end before
+		// the deadline"; WhyReserve now says "at or past the deadline",
+		// so one that ends at the deadline itself is refused.
 		return end < mc.deadAt
 	}
 	// "Leave less than the reserve" fails: exactly the reserve fits.
@@ -325,9 +322,8 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 	p := db.policy
 	br := m.br[b]
 	if revisit {
-		// AMBIGUOUS: Attempt.Try counts "1 for the first request to this
-		// backend, 2 for its first retry"; doc.go does not say how a
-		// come-back counts. Do starts it again at 1.
+		// SETTLED: "a skip has the Try its request would have had"
+		// (Attempt.Try), so the come-back's first request counts from 1.
 		mc.tries[b] = 0
 	}
 	for mc.m.tie == "" {
@@ -414,13 +410,10 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		r.Delivered = res.delivered
 		mc.now = res.ret
 		if res.ok {
-			// AMBIGUOUS: a Call that ignores its context and succeeds
-			// after the caller's cancel or deadline: doc.go says an
-			// attempt ended by the caller's context is cancelled or
-			// timeout "whatever the backend returned", but this one
-			// was not ended by it. Do returns the answer, and its
-			// breaker, as for any attempt the caller's context
-			// overtook, learns nothing from it.
+			// SETTLED: a Call that ignores its context and answers
+			// after the caller's cancel or deadline: "Do returns it"
+			// (Backend.Call). Its breaker, as for any attempt the
+			// caller's context overtook, learns nothing from it.
 			if res.callerEnd != "" {
 				br = nil
 			}
@@ -657,11 +650,8 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 		return
 	}
 	if k != llmretry.KindTransient && k != llmretry.KindTimeout {
-		// AMBIGUOUS: the docs say a probe's "failure opens it again",
-		// and also that Kinds other than transient and timeout "do not
-		// count: they are about the request, not the backend's health".
-		// Do takes a probe that fails for a reason about the request as
-		// the backend answering: the breaker closes.
+		// SETTLED: "Any answer closes the breaker, even one that
+		// refuses or fumbles the request" (Breaker).
 		if probe {
 			br.open, br.count = false, 0
 		}
@@ -867,10 +857,9 @@ func (mc *mcall) ctxReturnLabel(s pstep, by string) string {
 	case "timeout":
 		errLabel, cause = "context.DeadlineExceeded", "ErrAttemptTimeout"
 	case "stall":
-		// AMBIGUOUS: the docs say a stalled attempt's cause is
-		// ErrStalled, which matches context.DeadlineExceeded, but not
-		// what ctx.Err() then is. Do ends it as a cancel with that cause,
-		// so ctx.Err() is context.Canceled.
+		// SETTLED: a stalled attempt's context "is then cancelled with
+		// the cause ErrStalled: its Err is context.Canceled"
+		// (Backend.StallTimeout).
 		errLabel, cause = "context.Canceled", "ErrStalled"
 	}
 	if s.cause {
