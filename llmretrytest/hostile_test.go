@@ -312,6 +312,32 @@ func TestConns(t *testing.T) {
 	}
 }
 
+// Conns reads 0 as soon as Close returns, with no settling: Close waits
+// until every connection is counted closed, not only until its goroutine
+// is done.
+func TestConnsZeroOnceClosed(t *testing.T) {
+	t.Parallel()
+	for i := range 300 {
+		s := NewServer()
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			s.Close()
+			t.Fatal(err)
+		}
+		if n := settledConns(s, 1); n != 1 {
+			s.Close()
+			c.Close()
+			t.Fatalf("round %d: Conns() = %d with one connection open, want 1", i, n)
+		}
+		s.Close()
+		n := s.Conns()
+		c.Close()
+		if n != 0 {
+			t.Fatalf("round %d: Conns() = %d when Close returned, want 0", i, n)
+		}
+	}
+}
+
 // countingReader counts the bytes read from it.
 type countingReader struct {
 	r  io.Reader
