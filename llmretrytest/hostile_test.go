@@ -438,6 +438,7 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 	s.Script("endless", EndlessBody().Every(time.Hour))
 	s.Script("huge", HugeBody(1<<30).Every(time.Hour))
 	b := NewBlackhole()
+	t.Cleanup(b.Close)
 	c := newClient(t)
 	var wg sync.WaitGroup
 	for _, model := range []string{"partial", "trickle", "endless", "huge"} {
@@ -456,8 +457,13 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 		}
 		blackholed <- err
 	}()
-	for b.Accepted() == 0 {
-		runtime.Gosched()
+	// Bounded, like every wait here: a request that never reaches the
+	// Blackhole must fail the test, not spin until the test binary's
+	// timeout.
+	for deadline := time.Now().Add(5 * time.Second); b.Accepted() == 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the Blackhole accepted no connection within 5s")
+		}
 	}
 	if !closeWithin() {
 		t.Fatal("Close did not return within 5s")
