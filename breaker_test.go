@@ -1512,3 +1512,46 @@ func TestBreakerProbeFailureReopensBelowTheCount(t *testing.T) {
 		}
 	})
 }
+
+// Opened counts openings, not failures: failures that end while the
+// breaker is already open (calls let through before it opened, a hint
+// that only lengthens the open period) keep it open without opening it
+// again. Only a failed probe at half-open opens it anew.
+func TestBreakerOpenedCountsOpeningsOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{Failures: 1, Cooldown: 30 * sec}
+		// Three calls let through while closed, ending 1s, 2s and 3s in;
+		// the third with a hint past the cool-down.
+		a := newDesk("a", func(n int) (time.Duration, error) {
+			switch n {
+			case 1:
+				return sec, busy("first")
+			case 2:
+				return 2 * sec, busy("second")
+			case 3:
+				return 3 * sec, limited(60)
+			}
+			return sec, busy("probe")
+		})
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		calls := []<-chan outcome{
+			doAt(context.Background(), c, 0, "x"),
+			doAt(context.Background(), c, 0, "y"),
+			doAt(context.Background(), c, 0, "z"),
+		}
+		for _, o := range calls {
+			<-o
+		}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(63 * sec), Failures: 3, Kind: llmretry.KindTransient, Opened: 1}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() after three failures while open (-want +got):\n%s", diff)
+		}
+		time.Sleep(time.Until(start.Add(63 * sec)))
+		c.Do(context.Background(), "probe") // fails at 64s: opened again
+		want = llmretry.BreakerState{Open: true, Until: start.Add(94 * sec), Failures: 4, Kind: llmretry.KindTransient, Opened: 2}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() after the failed probe (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -9,10 +9,11 @@ import (
 // neither reads from them nor writes to them, as a wedged provider or a
 // broken proxy in front of one does. A client's request waits for a
 // response that never comes; one with a body larger than the connection's
-// buffers (a few MiB on loopback) blocks in its write. Only the client's
-// own deadline ends the wait. Create one with [NewBlackhole] and end it
-// with [Blackhole.Close]; the zero Blackhole is not usable. Its methods are
-// safe for concurrent use.
+// buffers (a few MiB on loopback) blocks in its write. Until
+// [Blackhole.Close], which closes every connection, only the client's own
+// deadline ends the wait. Create one with [NewBlackhole] and end it with
+// Close; the zero Blackhole is not usable. Its methods are safe for
+// concurrent use.
 type Blackhole struct {
 	// URL is the base URL, "http://127.0.0.1:PORT", with no trailing
 	// slash. Any path under it is a black hole.

@@ -206,16 +206,19 @@ func TestTrickle(t *testing.T) {
 				t.Parallel()
 				s := newServer(t)
 				s.Script("m", Trickle(every))
+				start := time.Now()
 				resp := post(t, s, api, "m", stream)
 				got, at, err := readUntil(resp.Body, textStart[name]+"xxxxx")
 				if err != nil {
 					t.Fatalf("reading the first five bytes of text: %v", err)
 				}
-				// Each byte waits its interval, so five bytes take at least
-				// four intervals after the first: a lower bound only, which
-				// a slow machine cannot break.
-				if d := at[len(at)-1].Sub(at[len(at)-5]); d < 4*every {
-					t.Errorf("five bytes of text came within %v, want at least %v", d, 4*every)
+				// Each byte waits its interval, so the fifth is sent at
+				// least five intervals after the request: a lower bound
+				// that neither a slow server nor a slow client can break.
+				// (The spacing between bytes as read is no bound: a client
+				// held up reads five waiting bytes at once.)
+				if d := at[len(at)-1].Sub(start); d < 5*every {
+					t.Errorf("five bytes of text came %v after the request, want at least %v", d, 5*every)
 				}
 				if stream {
 					line := got[bytes.LastIndexByte(got, '\n')+1:]
@@ -309,6 +312,32 @@ func TestConns(t *testing.T) {
 	<-done
 	if n := settledConns(s, 0); n != 0 {
 		t.Errorf("Conns() = %d after the client cancelled, want 0", n)
+	}
+}
+
+// Conns reads 0 as soon as Close returns, with no settling: Close waits
+// until every connection is counted closed, not only until its goroutine
+// is done.
+func TestConnsZeroOnceClosed(t *testing.T) {
+	t.Parallel()
+	for i := range 300 {
+		s := NewServer()
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+		if err != nil {
+			s.Close()
+			t.Fatal(err)
+		}
+		if n := settledConns(s, 1); n != 1 {
+			s.Close()
+			c.Close()
+			t.Fatalf("round %d: Conns() = %d with one connection open, want 1", i, n)
+		}
+		s.Close()
+		n := s.Conns()
+		c.Close()
+		if n != 0 {
+			t.Fatalf("round %d: Conns() = %d when Close returned, want 0", i, n)
+		}
 	}
 }
 
@@ -409,6 +438,7 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 	s.Script("endless", EndlessBody().Every(time.Hour))
 	s.Script("huge", HugeBody(1<<30).Every(time.Hour))
 	b := NewBlackhole()
+	t.Cleanup(b.Close)
 	c := newClient(t)
 	var wg sync.WaitGroup
 	for _, model := range []string{"partial", "trickle", "endless", "huge"} {
@@ -427,8 +457,13 @@ func TestCloseEndsHostileSteps(t *testing.T) {
 		}
 		blackholed <- err
 	}()
-	for b.Accepted() == 0 {
-		runtime.Gosched()
+	// Bounded, like every wait here: a request that never reaches the
+	// Blackhole must fail the test, not spin until the test binary's
+	// timeout.
+	for deadline := time.Now().Add(5 * time.Second); b.Accepted() == 0; runtime.Gosched() {
+		if time.Now().After(deadline) {
+			t.Fatal("the Blackhole accepted no connection within 5s")
+		}
 	}
 	if !closeWithin() {
 		t.Fatal("Close did not return within 5s")

@@ -110,8 +110,10 @@ func NewServer() *Server {
 				s.conns.Add(1)
 				s.open.Add(1)
 			case http.StateClosed:
-				s.conns.Done()
+				// Uncounted before Done, so that Conns reads 0 once
+				// Close's Wait has returned.
 				s.open.Add(-1)
+				s.conns.Done()
 			case http.StateHijacked:
 				s.conns.Done() // the step that hijacked it counts it open until it closes it
 			}
