@@ -609,7 +609,9 @@ func TestHostileBlackhole(t *testing.T) {
 	if n := r.sent.Load(); n >= pad {
 		t.Errorf("the client sent its whole body (%d bytes); want it blocked in the write", n)
 	}
-	if n := r.hole.Accepted(); n != 1 {
+	// The kernel completes a connection before the Blackhole's accept
+	// loop takes it: give a loaded machine time to run that loop.
+	if n := 1 - settle(func() int { return 1 - r.hole.Accepted() }); n != 1 {
 		t.Errorf("Accepted() = %d, want 1", n)
 	}
 	r.check(t)

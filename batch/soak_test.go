@@ -136,7 +136,7 @@ type soakReq struct {
 	ID     string
 	Index  int
 	Stream bool // ask for a stream: Delivered, and StallTimeout between chunks
-	Doomed bool // every run gets a deadline too short to be answered in: dead after its runs
+	Doomed bool // every run gets a deadline of 1–3 ms, too short for most answers: most end dead
 }
 
 // soakAttempt is what the test keeps of a record the chain handed to

@@ -75,7 +75,9 @@ type Request struct {
 	// as http.Request.Header holds it: keys canonical, and Host not among
 	// them. A client can mark each request with a header of its own (an
 	// attempt's id, say) to match the log with what it sent. Requests
-	// returns a fresh copy each time, so changing it changes no log.
+	// returns a fresh copy each time, so changing it changes no log. It
+	// keeps credentials as the client sent them (Authorization,
+	// x-api-key): a test that prints it prints its test key.
 	Header http.Header
 }
 
