@@ -20,7 +20,7 @@ import (
 type Attempt struct {
 	Backend    int           // 0-based position in the chain
 	Model      string        // the backend's Model, or "unknown"
-	Try        int           // 1 for the first request to this backend, 2 for its first retry, ...; a skip has the Try its request would have had
+	Try        int           // 1 for the first request to this backend, 2 for its first retry, ...; a skip has the Try its request would have had, and a backend come back to goes on counting
 	Kind       Kind          // how it failed; the zero Kind for a success
 	Status     int           // HTTP status when known
 	Err        error         // the backend's error as it returned it; nil for a success

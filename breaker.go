@@ -39,10 +39,10 @@ const DefaultCooldown = 30 * time.Second
 //     passes the checks a retry-after hint passes (MaxWait, and the
 //     deadline less the reserve); otherwise it stops.
 //   - Half-open, after the open period, one call at a time goes through as
-//     a probe while others skip or wait. Any answer closes the breaker,
-//     even one that refuses or fumbles the request (the backend is up); a
-//     transient or timeout failure opens it again for Cooldown, or until
-//     its own retry-after. Among waiting calls, the one whose Do began first gets
+//     a probe while others skip or wait. Any outcome but a transient or
+//     timeout failure closes the breaker, a refusal of the request
+//     included (the backend is up); a transient or timeout failure opens
+//     it again for Cooldown, or until its own retry-after. Among waiting calls, the one whose Do began first gets
 //     the probe, so outcomes do not depend on goroutine scheduling.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
@@ -70,7 +70,7 @@ type BreakerState struct {
 }
 
 // State reads the breaker's state. A breaker past its open period is
-// still Open until a probe succeeds, with Until in the past.
+// still Open until a probe answers, with Until in the past.
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -1355,7 +1355,7 @@ func TestBreakerRecordsMatchOnAttempt(t *testing.T) {
 		// a's own failures open it between tries: rather than wait only to
 		// skip, it falls over at once (why "breaker"), is revisited after b
 		// truncates, and retried while probes fail until the waits run out.
-		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3"), busy("4"), busy("5")}, b: trunc, n: 6},
+		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3")}, b: trunc, n: 4}, // the come-back is a's third and last try
 		// Cancelled during the policy's wait after a failure that opened
 		// it: the record says stop and cancelled, OnAttempt saw a retry.
 		{name: "cancelled_in_wait", br: &llmretry.Breaker{Failures: 1}, policy: waits(5 * sec), a: []error{busy("1")}, cancel: 2 * sec, n: 1},

@@ -117,8 +117,8 @@ type Backend[Req, Resp any] struct {
 	// stalls is ended with [KindTimeout]: retried when nothing was
 	// delivered yet, returned at once when something was. The attempt's
 	// context is then cancelled with the cause [ErrStalled]: its Err is
-	// context.Canceled (it had no deadline), and the record's Kind is
-	// timeout whatever the Call returns. 0 means none.
+	// context.Canceled, since a stall is not a deadline, and a failure is
+	// recorded as timeout whatever error the Call returns. 0 means none.
 	StallTimeout time.Duration
 	// Breaker, when set, is the backend's health shared across calls: while
 	// it is open, calls skip the backend (or, when it is the last they can
@@ -267,7 +267,9 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	for ; r.pos < r.planned(); r.pos++ {
 		bi := r.backend()
 		b := &c.Backends[bi]
-		for try := 1; ; try++ {
+		// A backend come back to goes on with its tries and its waits
+		// where it left them: len(Waits) bounds its retries in the call.
+		for try := r.sent(bi) + 1; ; try++ {
 			if err := ctx.Err(); err != nil {
 				r.halt(whyCtx(err))
 				return zero, r.fail(err, context.Cause(ctx))
@@ -371,6 +373,17 @@ func (r *run[Req, Resp]) revisits(k Kind) bool {
 	return !r.revisited && len(r.deferred) > 0 && !aboutHealth(k)
 }
 
+// sent is how many requests the call has sent to backend bi so far.
+func (r *run[Req, Resp]) sent(bi int) int {
+	n := 0
+	for i := range r.attempts {
+		if r.attempts[i].Backend == bi && !r.attempts[i].Skipped {
+			n++
+		}
+	}
+	return n
+}
+
 // aboutHealth reports whether a failure of Kind k says the backend is
 // unwell, rather than that it refused or fumbled this request.
 func aboutHealth(k Kind) bool { return k == KindTransient || k == KindTimeout }
@@ -380,7 +393,12 @@ func (r *run[Req, Resp]) fellOver(bi int) {
 	switch a := &r.attempts[len(r.attempts)-1]; {
 	case a.Why == WhyBreaker:
 		// Skipped, or left because its breaker would still be open when
-		// the retry's wait ended: come back to it.
+		// the retry's wait ended: come back to it. A retry put off so
+		// failed for the backend's health, which rules out coming back to
+		// those skipped before it.
+		if !a.Skipped && aboutHealth(a.Kind) {
+			r.deferred = nil
+		}
 		r.deferred = append(r.deferred, bi)
 	case aboutHealth(a.Kind):
 		// The outage is wider than the backends skipped so far: none of

@@ -3,51 +3,121 @@ package llmretry_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmretry/llmretry"
 )
 
-// TestComeBackAfterHealthFailure holds Do to doc.go's promise that "a call
-// that skipped a backend comes back to it, as the last it can try, when
-// every backend after it failed for a reason about the request". Here c is
-// skipped and the only backend after it, d, is rejected, so the call must
-// come back to c; that b, before c, failed for its health must not matter.
-// The property test (TestChainMatchesModel) found the case.
+// visit is one record, as much of it as says which backend the call went
+// to, and why it went on.
+type visit struct {
+	Model   string
+	Try     int
+	Skipped bool
+	Next    llmretry.Next
+	Why     llmretry.Why
+}
+
+// Which skipped backends a call comes back to, as doc.go says: those
+// after which every backend failed for a reason about the request, a
+// backend whose retry was put off for its breaker among them; a failure
+// for a backend's health rules out those skipped before it, not those
+// after. The property test (TestChainMatchesModel) found the first case.
 func TestComeBackAfterHealthFailure(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		sent := map[string]int{}
-		script := func(name string, codes ...int) func(context.Context, string) (string, error) {
-			return func(context.Context, string) (string, error) {
-				i := sent[name]
-				sent[name]++
-				if i < len(codes) {
-					h := http.Header{}
-					if codes[i] == 503 {
-						h.Set("Retry-After", "60") // opens the breaker for a minute
-					}
-					return "", llmretry.StatusFailure(codes[i], h, nil)
+	// script answers with the statuses in turn, then with its name. A 503
+	// carries a retry-after of hint seconds, which opens the breaker.
+	script := func(name string, hint int, codes ...int) func(context.Context, string) (string, error) {
+		sent := 0
+		return func(context.Context, string) (string, error) {
+			sent++
+			if sent <= len(codes) {
+				h := http.Header{}
+				if codes[sent-1] == 503 {
+					h.Set("Retry-After", strconv.Itoa(hint))
 				}
-				return name, nil
+				return "", llmretry.StatusFailure(codes[sent-1], h, nil)
 			}
+			return name, nil
 		}
-		chain := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{
-			{Model: "a", Call: script("a", 503), Breaker: &llmretry.Breaker{}},
-			{Model: "b", Call: script("b", 400, 500)},
-			{Model: "c", Call: script("c", 503), Breaker: &llmretry.Breaker{}},
-			{Model: "d", Call: script("d", 400, 400)},
-		}}
-		// The first call opens a's and c's breakers.
-		if _, err := chain.Do(context.Background(), "req"); err == nil {
-			t.Fatalf("first Do() = nil error, want every backend failed")
-		}
-		// The second skips a and c; b fails for its health, d for the
-		// request: c, after which only d failed, is come back to once its
-		// breaker half-opens.
-		got, err := chain.Do(context.Background(), "req")
-		if got != "c" || err != nil {
-			t.Errorf("second Do() = %q, %v, want \"c\", nil", got, err)
-		}
-	})
+	}
+	type backend = llmretry.Backend[string, string]
+	tests := []struct {
+		name     string
+		backends func() []backend
+		want     string // the answer of the second call
+		steps    []visit // its records
+	}{{
+		// c is skipped and only d's refusal follows it: come back to c,
+		// though b, before c, failed for its health. a, skipped before
+		// b's failure, is not come back to, though its breaker half-opens
+		// first.
+		name: "skipped_after_a_health_failure",
+		backends: func() []backend {
+			return []backend{
+				{Model: "a", Call: script("a", 30, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "b", Call: script("b", 0, 400, 500)},
+				{Model: "c", Call: script("c", 60, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "d", Call: script("d", 0, 400, 400)},
+			}
+		},
+		want: "c",
+		steps: []visit{
+			{"a", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFallOver, llmretry.WhyWaitsUsed},
+			{"c", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
+			{"d", 1, false, llmretry.NextFallOver, llmretry.WhyNotRetryable},
+			{"c", 1, false, "", ""},
+		},
+	}, {
+		// b's retry is put off, since its breaker would still be open
+		// when the wait ended: b failed for its health after a was
+		// skipped, so the call comes back to b, as its second try, and
+		// not to a.
+		name: "retry_put_off_for_the_breaker",
+		backends: func() []backend {
+			return []backend{
+				{Model: "a", Call: script("a", 60, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "b", Call: script("b", 0, 400, 500), Breaker: &llmretry.Breaker{Failures: 1, Cooldown: 10 * time.Second},
+					Retry: llmretry.Policy{Waits: []time.Duration{time.Second}}},
+				{Model: "c", Call: script("c", 0, 400, 400)},
+			}
+		},
+		want: "b",
+		steps: []visit{
+			{"a", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFallOver, llmretry.WhyBreaker},
+			{"c", 1, false, llmretry.NextFallOver, llmretry.WhyNotRetryable},
+			{"b", 2, false, "", ""},
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var steps []visit
+				chain := &llmretry.Chain[string, string]{
+					Backends: tc.backends(),
+					OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+						steps = append(steps, visit{a.Model, a.Try, a.Skipped, a.Next, a.Why})
+					},
+				}
+				// The first call opens the breakers.
+				if _, err := chain.Do(context.Background(), "req"); err == nil {
+					t.Fatalf("first Do() = nil error, want every backend failed")
+				}
+				steps = nil
+				got, err := chain.Do(context.Background(), "req")
+				if got != tc.want || err != nil {
+					t.Errorf("second Do() = %q, %v, want %q, nil", got, err, tc.want)
+				}
+				if diff := cmp.Diff(tc.steps, steps); diff != "" {
+					t.Errorf("second Do()'s records (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
 }

@@ -107,17 +107,24 @@
 //	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open
 //	            "breaker"); a call with no backend left
 //	            waits, as it would for a retry-after
-//	half-open   one probe goes through, the waiting call   the probe's answer, even a refusal of the request: closed;
-//	            that began first; the others skip or wait  its transient or timeout failure: open again
+//	half-open   one probe goes through, the waiting call   the probe's transient or timeout failure: open again;
+//	            that began first; the others skip or wait  any other outcome (the backend is up): closed
 //
-// A call that skipped a backend comes back to it, as the last it can try,
-// when every backend after it failed for a reason about the request
-// (truncated, rejected, parse, unknown); a backend skipped too does not
-// count against it, and a skipped last backend ends the call. It comes
-// back to every such backend, in chain order, at most once each. On a
-// backend with a Breaker a retry-after hint is the wait itself, so the
-// caller that got it comes back when the breaker half-opens, with everyone
-// else. [Breaker.State] reads it for dashboards.
+// A call that skipped a backend comes back to it when every backend after
+// it failed for a reason about the request (truncated, rejected, parse,
+// unknown); a backend skipped too does not count against it. A backend
+// whose retry was put off, because its breaker would still be open when
+// the wait ended, is come back to in the same way, and its failure counts
+// against those skipped before it. The backends to come back to are
+// chosen once, when the call has been through the whole chain and the
+// last backend failed for a reason about the request (a last backend
+// skipped is waited for, or ends the call). The call comes back to them
+// in chain order, each once: the last of them is waited for if its breaker
+// is still open, the others are skipped again. A backend come back to
+// goes on with its tries and its waits where it left them. On a backend
+// with a Breaker a retry-after hint is the wait itself, so the caller
+// that got it comes back when the breaker half-opens, with everyone else.
+// [Breaker.State] reads it for dashboards.
 //
 // # Records
 //
@@ -135,13 +142,14 @@
 //
 // not_retryable: the Kind is not retried. waits_used: the policy allows no
 // further try (no waits, the list ran out without a deadline, or a zero
-// last wait). reserve: the next wait would end past the deadline or leave
-// less than the reserve. max_wait: the server's retry-after was longer than
-// MaxWait. delivered: output had reached the caller. deadline: the
-// caller's deadline passed. cancelled: the caller withdrew. nested: the
-// chain runs inside another chain's retrying attempt. breaker: the
-// backend's Breaker was open, so nothing was sent (Skipped is set). A
-// success has neither.
+// last wait). reserve: the next wait would end at or past the deadline or
+// leave less than the reserve. max_wait: the server's retry-after was
+// longer than MaxWait. delivered: output had reached the caller. deadline:
+// the caller's deadline passed. cancelled: the caller withdrew. nested:
+// the chain runs inside another chain's retrying attempt. breaker: the
+// backend's Breaker was open, so nothing was sent (Skipped is set), or
+// would still be open when the retry's wait ended, so the retry was put
+// off (the call may come back to it). A success has neither.
 //
 // The records in a returned error say what actually happened: a wait cut
 // short by the caller's cancel or deadline reads stop, with why cancelled

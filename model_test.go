@@ -54,6 +54,7 @@ type mcall struct {
 	visited  []bool // whether each backend has a record in this call
 	skipped  []int  // backends skipped for their breaker and not yet come back to
 	cameBack []bool // backends the call has come back to
+	chosen   bool   // the come-backs were chosen, when the first pass ended
 }
 
 func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
@@ -175,7 +176,9 @@ func (mc *mcall) run(c drawCall) {
 // the call, and that the call comes back to every such backend in chain
 // order, at most once each.
 func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []int {
-	if curSkipped || !aboutRequest(k) {
+	// "The backends to come back to are chosen once, when the call has
+	// been through the whole chain" (doc.go).
+	if mc.chosen || curSkipped || !aboutRequest(k) {
 		return nil
 	}
 	var back, keep []int
@@ -188,6 +191,7 @@ func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []
 	}
 	slices.Sort(back)
 	if commit {
+		mc.chosen = true
 		mc.skipped = keep
 		for _, s := range back {
 			mc.cameBack[s] = true
@@ -207,7 +211,7 @@ func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind) bool {
 		} else if !mc.visited[j] {
 			return false
 		}
-		if r.Skipped || r.Why == llmretry.WhyBreaker {
+		if r.Skipped {
 			continue
 		}
 		if !aboutRequest(r.Kind) {
@@ -321,10 +325,12 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 	db := m.d.backends[b]
 	p := db.policy
 	br := m.br[b]
-	if revisit {
-		// SETTLED: "a skip has the Try its request would have had"
-		// (Attempt.Try), so the come-back's first request counts from 1.
-		mc.tries[b] = 0
+	if revisit && mc.lastKind[b].Skipped {
+		// "A skip has the Try its request would have had" (Attempt.Try):
+		// it sent nothing, so the come-back's request has that Try. A
+		// backend come back to after sending goes on with its tries and
+		// waits ("len(Waits) bounds its retries in the call", doc.go).
+		mc.tries[b]--
 	}
 	for mc.m.tie == "" {
 		mc.tries[b]++

@@ -343,7 +343,7 @@ func TestFallOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 		want := []llmretry.Attempt{
 			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: down, Start: start, Elapsed: sec, Next: llmretry.NextFallOver, Why: llmretry.WhyBreaker},
 			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(sec), Elapsed: sec, Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
-			okRec(0, "a", 1, start.Add(11*sec), sec),
+			okRec(0, "a", 2, start.Add(11*sec), sec), // a's retry, put off until its breaker half-opened
 		}
 		attempts, at := rec.seen()
 		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
