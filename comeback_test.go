@@ -49,7 +49,7 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 	tests := []struct {
 		name     string
 		backends func() []backend
-		want     string // the answer of the second call
+		want     string  // the answer of the second call
 		steps    []visit // its records
 	}{{
 		// c is skipped and only d's refusal follows it: come back to c,
