@@ -170,6 +170,7 @@ type runState struct {
 	has     bool      // last is set
 	prevEnd time.Time // when the chain's own time began: Do's start, or the last record's end plus its wait
 	wrapped bool      // the plan has come back to a backend it skipped
+	sent    []int     // requests recorded so far, per backend (skips are not requests)
 
 	// What the run recorded. Kept here, not behind the soaker's lock, so
 	// that other runs' appends cost this run's chain no time.
@@ -715,6 +716,12 @@ func (s *soaker) onAttempt(ctx context.Context, a llmretry.Attempt) {
 		rs.prevEnd = rs.prevEnd.Add(a.RetryIn)
 	}
 	rs.last, rs.has = a, true
+	if !a.Skipped {
+		if rs.sent == nil {
+			rs.sent = make([]int, len(soakModels))
+		}
+		rs.sent[a.Backend]++
+	}
 	key := fmt.Sprintf("%s/%d/%d", rs.key, a.Backend, a.Try)
 
 	rs.records = append(rs.records, a)
@@ -740,11 +747,11 @@ func (s *soaker) call(bi int, api, model, url string) func(context.Context, soak
 			return "", errors.New("soak: no run state")
 		}
 		// The chain does not tell a Call its try; the records so far do:
-		// a retry of this backend is the last record's try plus one, and
-		// anything else is a first try.
+		// a backend's tries count its requests in the run, a come-back
+		// after a skip or a put-off retry included (Attempt.Try).
 		try := 1
-		if rs.has && rs.last.Backend == bi && rs.last.Next == llmretry.NextRetry {
-			try = rs.last.Try + 1
+		if rs.sent != nil {
+			try = rs.sent[bi] + 1
 		}
 		key := fmt.Sprintf("%s/%d/%d", rs.key, bi, try)
 
