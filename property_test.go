@@ -51,6 +51,7 @@ const (
 	callerOffset   = 500 * time.Microsecond
 	gapOffset      = 7 * time.Microsecond
 	hookOffset     = 11 * time.Microsecond
+	innerTOOffset  = 13 * time.Microsecond // an inner backend's Timeout
 )
 
 // maxRecords bounds the records of one call, on both sides: a Do (or a
@@ -76,6 +77,16 @@ type drawBackend struct {
 	stallTimeout time.Duration
 	breaker      *breakerCfg // nil: none
 	script       []pstep     // consumed in order across the draw's calls; past its end every call succeeds
+	defaultResp  string      // the response of a call past the script's end
+}
+
+// A nestCfg is an inner chain that a pstep's Call runs with the context it
+// received: an LM that wraps an LM, or, under Standalone, an unrelated
+// chain. Its backends have their own policies and scripts (no breakers, no
+// jitter and no deliveries), consumed by that one Call.
+type nestCfg struct {
+	standalone bool
+	backends   []drawBackend
 }
 
 type breakerCfg struct {
@@ -93,6 +104,7 @@ type pstep struct {
 	err      error           // the error it returns when !ok
 	label    string          // names this pstep's response or error in records
 	desc     string          // readable description
+	nest     *nestCfg        // when set, the Call runs this inner chain and returns what it gives
 
 	// What the documentation says the error is, written down by the
 	// generator from the tables in doc.go and errkind's doc comments (not
@@ -124,15 +136,22 @@ func (d *draw) labels() errLabels {
 		llmretry.ErrAttemptTimeout: "ErrAttemptTimeout",
 		llmretry.ErrStalled:        "ErrStalled",
 	}
-	for _, b := range d.backends {
-		for _, s := range b.script {
-			if s.err != nil {
-				if _, ok := l[s.err]; !ok {
-					l[s.err] = s.label
+	var add func(bs []drawBackend)
+	add = func(bs []drawBackend) {
+		for _, b := range bs {
+			for _, s := range b.script {
+				if s.err != nil {
+					if _, ok := l[s.err]; !ok {
+						l[s.err] = s.label
+					}
+				}
+				if s.nest != nil {
+					add(s.nest.backends)
 				}
 			}
 		}
 	}
+	add(d.backends)
 	for i, c := range d.calls {
 		if c.deadlineErr != nil {
 			l[c.deadlineErr] = fmt.Sprintf("call%d.deadline-cause", i)
@@ -158,8 +177,12 @@ func (l errLabels) of(err error) string {
 	if s, ok := l[err]; ok {
 		return s
 	}
-	if r, ok := err.(*ctxReturn); ok {
-		return "ctxreturn(" + l.of(r.cause) + ")"
+	switch e := err.(type) {
+	case *ctxReturn:
+		return "ctxreturn(" + l.of(e.cause) + ")"
+	case *llmretry.Exhausted, *llmretry.Truncated, *llmretry.TimedOut, *llmretry.Cancelled:
+		// An inner chain's error: its records are compared on their own.
+		return "inner " + strings.Replace(fmt.Sprintf("%T", e), "llmretry.", "", 1)
 	}
 	return fmt.Sprintf("unlabelled %T: %v", err, err)
 }
@@ -173,9 +196,12 @@ func generate(seed uint64) *draw {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	d := &draw{seed: seed}
 	n := 1 + r.IntN(4)
+	// In a fifth of the draws, some steps run an inner chain.
+	nesting := r.IntN(5) == 0
 	for bi := range n {
 		var b drawBackend
 		b.model = fmt.Sprintf("m%d", bi)
+		b.defaultResp = fmt.Sprintf("b%d.default", bi)
 		if r.IntN(10) == 0 {
 			b.model = ""
 		}
@@ -226,7 +252,7 @@ func generate(seed uint64) *draw {
 		}
 		ns := 1 + r.IntN(8)
 		for si := range ns {
-			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si)))
+			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si), nesting, false))
 		}
 		d.backends = append(d.backends, b)
 	}
@@ -278,7 +304,7 @@ func generate(seed uint64) *draw {
 // reserve" fails), so it is worth a draw.
 func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 	p := b.policy
-	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour {
+	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour || b.script[0].nest != nil {
 		return 0, false
 	}
 	used := b.script[0].dur + p.Waits[0]
@@ -293,7 +319,47 @@ func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 	return 0, false
 }
 
-func genStep(r *rand.Rand, label string) pstep {
+// genNest makes a step whose Call runs an inner chain of one or two
+// backends.
+func genNest(r *rand.Rand, label string) pstep {
+	s := pstep{label: label, desc: "inner chain", honour: true, nest: &nestCfg{standalone: r.IntN(3) == 0}}
+	if s.nest.standalone {
+		s.desc = "standalone inner chain"
+	}
+	for ib := range 1 + r.IntN(2) {
+		var b drawBackend
+		b.model = fmt.Sprintf("%s.i%d", label, ib)
+		b.defaultResp = b.model + ".default"
+		nw := r.IntN(4)
+		for range nw {
+			b.policy.Waits = append(b.policy.Waits, pick(r, 0, msec(100), time.Second, 2*time.Second, 5*time.Second))
+		}
+		if nw > 0 {
+			switch r.IntN(4) {
+			case 0:
+				b.policy.Reserve = pick(r, -time.Second, time.Second, 5*time.Second)
+			case 1:
+				b.policy.MaxWait = pick(r, -time.Second, msec(500), 10*time.Second)
+			}
+		}
+		if r.IntN(4) == 0 {
+			b.timeout = pick(r, msec(300), 2*time.Second, 10*time.Second) + innerTOOffset
+		}
+		for si := range 1 + r.IntN(4) {
+			b.script = append(b.script, genStep(r, fmt.Sprintf("%s.i%d.s%d", label, ib, si), false, true))
+		}
+		s.nest.backends = append(s.nest.backends, b)
+	}
+	return s
+}
+
+// genStep makes one scripted attempt; with nesting, it may run an inner
+// chain. An inner chain's steps deliver nothing: Delivered through nested
+// chains is left to the unit tests.
+func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
+	if nesting && r.IntN(3) == 0 {
+		return genNest(r, label)
+	}
 	s := pstep{label: label, honour: r.IntN(4) > 0, cause: r.IntN(2) == 0}
 	s.dur = pick(r, 0, msec(1), msec(50), msec(300), time.Second, 3*time.Second, 20*time.Second, 70*time.Second)
 	switch k := r.IntN(100); {
@@ -345,7 +411,7 @@ func genStep(r *rand.Rand, label string) pstep {
 		s.dur, s.honour, s.desc = 3*time.Hour, true, "hang"
 		s.err, s.kind = errors.New(label), llmretry.KindUnknown
 	}
-	if r.IntN(100) < 18 && s.dur > 0 {
+	if r.IntN(100) < 18 && s.dur > 0 && !inner {
 		for range 1 + r.IntN(2) {
 			hi := min(s.dur, 30*time.Second)
 			s.delivers = append(s.delivers, time.Duration(r.Int64N(int64(hi/time.Millisecond)))*time.Millisecond)
@@ -355,25 +421,28 @@ func genStep(r *rand.Rand, label string) pstep {
 	return s
 }
 
-func (d *draw) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "draw %d:\n", d.seed)
-	for i, be := range d.backends {
-		fmt.Fprintf(&b, "  backend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
-			i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
+func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
+	for i, be := range bs {
+		fmt.Fprintf(b, "%sbackend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
+			indent, i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
 		if be.breaker != nil {
-			fmt.Fprintf(&b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
+			fmt.Fprintf(b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
 		}
 		b.WriteString("\n")
 		for _, s := range be.script {
-			fmt.Fprintf(&b, "    %s: %s", s.label, s.desc)
+			fmt.Fprintf(b, "%s  %s: %s", indent, s.label, s.desc)
+			if s.nest != nil {
+				b.WriteString(":\n")
+				writeBackends(b, s.nest.backends, indent+"    ")
+				continue
+			}
 			if s.dur == forever {
 				b.WriteString(" until its context ends")
 			} else {
-				fmt.Fprintf(&b, " after %v", s.dur)
+				fmt.Fprintf(b, " after %v", s.dur)
 			}
 			if len(s.delivers) > 0 {
-				fmt.Fprintf(&b, ", delivering at %v", s.delivers)
+				fmt.Fprintf(b, ", delivering at %v", s.delivers)
 			}
 			if s.honour {
 				b.WriteString(", honours its context")
@@ -386,6 +455,12 @@ func (d *draw) String() string {
 			b.WriteString("\n")
 		}
 	}
+}
+
+func (d *draw) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "draw %d:\n", d.seed)
+	writeBackends(&b, d.backends, "  ")
 	for i, c := range d.calls {
 		fmt.Fprintf(&b, "  call %d: gap %v", i, c.gap)
 		if c.deadline != 0 {
@@ -437,6 +512,7 @@ type propOutcome struct {
 	Cause     string // Cancelled.Cause or TimedOut.Cause by label
 	RetryItem bool
 	End       time.Duration // when Do returned, relative to the draw's start
+	Inner     []propOutcome // what each inner chain's Do gave during the call, in order
 }
 
 func toRec(a llmretry.Attempt, t0 time.Time, l errLabels) rec {
@@ -475,6 +551,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 				}
 			},
 		}
+		var inner []propOutcome // the inner chains' outcomes in the current call
 		for bi, b := range d.backends {
 			if b.breaker != nil {
 				breakers[bi] = &llmretry.Breaker{Failures: b.breaker.failures, Cooldown: b.breaker.cooldown}
@@ -485,9 +562,13 @@ func play(t *testing.T, d *draw) []propOutcome {
 					i := next[bi]
 					next[bi]++
 					if i >= len(b.script) {
-						return fmt.Sprintf("b%d.default", bi), nil
+						return b.defaultResp, nil
 					}
-					return runStep(ctx, b.script[i])
+					s := b.script[i]
+					if s.nest != nil {
+						return runNest(ctx, s.nest, t0, l, &inner)
+					}
+					return runStep(ctx, s)
 				},
 			})
 		}
@@ -496,7 +577,10 @@ func play(t *testing.T, d *draw) []propOutcome {
 			// is; nothing is being waited for.
 			time.Sleep(c.gap)
 			hookTime = c.hook
-			outs = append(outs, playCall(chain, c, t0, l, &hooks, &runaway))
+			inner = nil
+			o := playCall(chain, c, t0, l, &hooks, &runaway)
+			o.Inner = inner
+			outs = append(outs, o)
 		}
 	})
 	return outs
@@ -525,7 +609,11 @@ func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l
 		defer tm.Stop()
 	}
 	resp, err := chain.Do(ctx, "req")
-	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: *hooks}
+	return outcomeOf(resp, err, *hooks, t0, l)
+}
+
+func outcomeOf(resp string, err error, hooks []rec, t0 time.Time, l errLabels) propOutcome {
+	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: hooks}
 	var atts []llmretry.Attempt
 	switch e := err.(type) {
 	case nil:
@@ -545,6 +633,38 @@ func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l
 		o.Attempts = append(o.Attempts, toRec(a, t0, l))
 	}
 	return o
+}
+
+// runNest plays a step that runs an inner chain with the context its Call
+// received (under Standalone when the step says so), and notes the inner
+// Do's outcome.
+func runNest(ctx context.Context, n *nestCfg, t0 time.Time, l errLabels, outs *[]propOutcome) (string, error) {
+	var hooks []rec
+	next := make([]int, len(n.backends))
+	chain := &llmretry.Chain[string, string]{
+		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+			hooks = append(hooks, toRec(a, t0, l))
+		},
+	}
+	for bi, b := range n.backends {
+		chain.Backends = append(chain.Backends, llmretry.Backend[string, string]{
+			Model: b.model, Retry: b.policy, Timeout: b.timeout,
+			Call: func(ctx context.Context, _ string) (string, error) {
+				i := next[bi]
+				next[bi]++
+				if i >= len(b.script) {
+					return b.defaultResp, nil
+				}
+				return runStep(ctx, b.script[i])
+			},
+		})
+	}
+	if n.standalone {
+		ctx = llmretry.Standalone(ctx)
+	}
+	resp, err := chain.Do(ctx, "req")
+	*outs = append(*outs, outcomeOf(resp, err, hooks, t0, l))
+	return resp, err
 }
 
 // runStep plays one scripted attempt on the bubble's clock.
@@ -620,10 +740,19 @@ func TestChainMatchesModel(t *testing.T) {
 			}
 			continue
 		}
+		var count func(os []propOutcome, pre string)
+		count = func(os []propOutcome, pre string) {
+			for _, o := range os {
+				seen[pre+o.ErrType]++
+				for _, r := range o.Attempts {
+					seen[pre+"why "+string(r.Why)]++
+				}
+				count(o.Inner, "inner ")
+			}
+		}
+		count(got, "")
 		for _, o := range got {
-			seen[o.ErrType]++
 			for _, r := range o.Attempts {
-				seen["why "+string(r.Why)]++
 				if r.Skipped {
 					seen["skipped"]++
 				}
@@ -662,6 +791,12 @@ func fmtOutcomes(os []propOutcome) string {
 		}
 		for _, r := range o.Attempts {
 			fmt.Fprintf(&b, "  rec  %+v\n", r)
+		}
+		for j, in := range o.Inner {
+			fmt.Fprintf(&b, "  inner chain %d: resp %q err %s cause %q end %v\n", j, in.Resp, in.ErrType, in.Cause, in.End)
+			for _, r := range in.Attempts {
+				fmt.Fprintf(&b, "    rec  %+v\n", r)
+			}
 		}
 	}
 	return b.String()
