@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmretry/llmretry"
 )
@@ -33,6 +34,7 @@ type mchain struct {
 	backends []drawBackend
 	next     []int // each backend's position in its script
 	br       []*mbreaker
+	maxRaw   int // Chain.MaxRawText
 }
 
 type mbreaker struct {
@@ -71,7 +73,7 @@ type mcall struct {
 
 func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
 	m := &model{d: d, l: d.labels(), got: got}
-	m.top = &mchain{backends: d.backends, next: make([]int, len(d.backends))}
+	m.top = &mchain{backends: d.backends, next: make([]int, len(d.backends)), maxRaw: d.maxRaw}
 	for _, b := range d.backends {
 		if b.breaker == nil {
 			m.top.br = append(m.top.br, nil)
@@ -447,7 +449,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		r.Err = res.err
 		r.Kind, r.Status, r.RetryAfter = res.kind, res.status, res.hint
 		if res.raw != nil {
-			r.Raw = *res.raw
+			r.Raw = capRaw(*res.raw, mc.ch.maxRaw)
 		}
 
 		// A breaker learns from every attempt the caller did not end.
@@ -931,7 +933,7 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 		}
 	}
 	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
-	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends))}
+	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
 	in.nested = len(db.policy.Waits) > 0 && !n.standalone
 	in.cancelAt, in.cancelBy = mc.cancelAt, mc.cancelBy
 	if stallAt < in.cancelAt {
@@ -1005,4 +1007,24 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 		res.kind = k
 	}
 	return res
+}
+
+// capRaw is the raw text a record keeps: "at most Chain.MaxRawText bytes
+// of it, 64 KiB by default, the cut marked" (doc.go); "longer output is
+// cut at a character boundary and marked with " [llmretry: N bytes cut]".
+// 0 means DefaultMaxRawText; negative means no limit" (Chain.MaxRawText).
+// N is taken to count the bytes left out, and the mark to come on top of
+// the bytes kept.
+func capRaw(raw string, max int) string {
+	if max == 0 {
+		max = llmretry.DefaultMaxRawText
+	}
+	if max < 0 || len(raw) <= max {
+		return raw
+	}
+	keep := max
+	for keep > 0 && !utf8.RuneStart(raw[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s [llmretry: %d bytes cut]", raw[:keep], len(raw)-keep)
 }

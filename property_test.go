@@ -66,6 +66,7 @@ const forever = time.Duration(1<<63 - 1)
 // A draw is one property-test case: a chain and the calls made through it.
 type draw struct {
 	seed     uint64
+	maxRaw   int // Chain.MaxRawText
 	backends []drawBackend
 	calls    []drawCall
 }
@@ -86,6 +87,7 @@ type drawBackend struct {
 // jitter and no deliveries), consumed by that one Call.
 type nestCfg struct {
 	standalone bool
+	maxRaw     int // the inner Chain.MaxRawText
 	backends   []drawBackend
 }
 
@@ -195,6 +197,7 @@ func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 func generate(seed uint64) *draw {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	d := &draw{seed: seed}
+	d.maxRaw = genMaxRaw(r)
 	n := 1 + r.IntN(4)
 	// In a fifth of the draws, some steps run an inner chain.
 	nesting := r.IntN(5) == 0
@@ -322,7 +325,7 @@ func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 // genNest makes a step whose Call runs an inner chain of one or two
 // backends.
 func genNest(r *rand.Rand, label string) pstep {
-	s := pstep{label: label, desc: "inner chain", honour: true, nest: &nestCfg{standalone: r.IntN(3) == 0}}
+	s := pstep{label: label, desc: "inner chain", honour: true, nest: &nestCfg{standalone: r.IntN(3) == 0, maxRaw: genMaxRaw(r)}}
 	if s.nest.standalone {
 		s.desc = "standalone inner chain"
 	}
@@ -385,17 +388,38 @@ func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 				s.desc += " retry-after-ms " + v
 			}
 		}
+		var should string
+		if r.IntN(4) == 0 {
+			if h == nil {
+				h = http.Header{}
+			}
+			should = pick(r, "true", "false", "maybe")
+			h.Set("X-Should-Retry", should)
+			s.desc += " x-should-retry " + should
+		}
 		s.err = llmretry.StatusFailure(code, h, errors.New(label))
 		s.status, s.kind = code, llmretry.KindRejected // any other 4xx
 		switch {
 		case code == 408, code == 429, code >= 500:
 			s.kind = llmretry.KindTransient
 		}
+		// The header overrides the status: "true" asks for a retry,
+		// "false" refuses one, anything else says nothing.
+		// AMBIGUOUS: StatusFailure's doc says the header overrides
+		// ClassifyStatus but not with which Kinds; the Kinds doc.go
+		// gives a retried and a refused HTTP error are transient and
+		// rejected, and StatusFailure does so.
+		switch should {
+		case "true":
+			s.kind = llmretry.KindTransient
+		case "false":
+			s.kind = llmretry.KindRejected
+		}
 	case k < 58:
-		raw := "raw " + label
+		raw := genRaw(r, label)
 		s.err, s.desc, s.kind, s.raw = llmretry.Truncation(raw), "truncation", llmretry.KindTruncated, &raw
 	case k < 68:
-		raw := "raw " + label
+		raw := genRaw(r, label)
 		s.err, s.desc, s.kind, s.raw = llmretry.ParseFailure(raw, errors.New(label)), "parse failure", llmretry.KindParse, &raw
 	case k < 76:
 		s.err, s.desc, s.kind = errors.New(label), "plain error", llmretry.KindUnknown
@@ -432,7 +456,7 @@ func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
 		for _, s := range be.script {
 			fmt.Fprintf(b, "%s  %s: %s", indent, s.label, s.desc)
 			if s.nest != nil {
-				b.WriteString(":\n")
+				fmt.Fprintf(b, " (max_raw_text %d):\n", s.nest.maxRaw)
 				writeBackends(b, s.nest.backends, indent+"    ")
 				continue
 			}
@@ -457,9 +481,35 @@ func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
 	}
 }
 
+// genRaw makes a model's raw output: mostly short, sometimes a little
+// longer with multi-byte characters (so a small MaxRawText cuts inside
+// one), and sometimes about DefaultMaxRawText long, on either side of it.
+func genRaw(r *rand.Rand, label string) string {
+	raw := "raw " + label
+	switch k := r.IntN(20); {
+	case k < 3:
+		raw += " " + strings.Repeat("é€🙂x", 1+r.IntN(8))
+	case k < 4:
+		// "aé€🙂" is 10 bytes; 6553 of them are just under 64 KiB.
+		raw += strings.Repeat("aé€🙂", llmretry.DefaultMaxRawText/10+r.IntN(3)-1)
+	}
+	return raw
+}
+
+// genMaxRaw draws a Chain.MaxRawText: the default, a small cap or none.
+func genMaxRaw(r *rand.Rand) int {
+	switch r.IntN(4) {
+	case 0:
+		return pick(r, 1, 5, 13, 20, 33)
+	case 1:
+		return -1
+	}
+	return 0
+}
+
 func (d *draw) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "draw %d:\n", d.seed)
+	fmt.Fprintf(&b, "draw %d: max_raw_text %d\n", d.seed, d.maxRaw)
 	writeBackends(&b, d.backends, "  ")
 	for i, c := range d.calls {
 		fmt.Fprintf(&b, "  call %d: gap %v", i, c.gap)
@@ -540,6 +590,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 		var runaway func()
 		var hookTime time.Duration
 		chain := &llmretry.Chain[string, string]{
+			MaxRawText: d.maxRaw,
 			OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 				hooks = append(hooks, toRec(a, t0, l))
 				// A slow hook: its time passes on the bubble's clock.
@@ -642,6 +693,7 @@ func runNest(ctx context.Context, n *nestCfg, t0 time.Time, l errLabels, outs *[
 	var hooks []rec
 	next := make([]int, len(n.backends))
 	chain := &llmretry.Chain[string, string]{
+		MaxRawText: n.maxRaw,
 		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 			hooks = append(hooks, toRec(a, t0, l))
 		},
@@ -746,6 +798,15 @@ func TestChainMatchesModel(t *testing.T) {
 				seen[pre+o.ErrType]++
 				for _, r := range o.Attempts {
 					seen[pre+"why "+string(r.Why)]++
+					if strings.Contains(r.Raw, " bytes cut]") {
+						seen[pre+"raw cut"]++
+						if len(r.Raw) > llmretry.DefaultMaxRawText {
+							seen[pre+"raw cut at the default"]++
+						}
+						if strings.HasPrefix(r.Err, "inner ") {
+							seen[pre+"raw cut from an inner chain"]++
+						}
+					}
 				}
 				count(o.Inner, "inner ")
 			}
