@@ -737,7 +737,9 @@ func (mc *mcall) exhaust() {
 	}
 	switch {
 	case trunc:
+		// Truncated's ItemRetryAfter is 0: no time to wait for.
 		mc.out.ErrType, mc.out.RetryItem = "*Truncated", false
+		return
 	case timeout || deadlinePassed:
 		mc.out.ErrType, mc.out.RetryItem = "*TimedOut", true
 		if deadlinePassed && mc.deadCause != "" {
@@ -746,6 +748,37 @@ func (mc *mcall) exhaust() {
 	default:
 		mc.out.ErrType, mc.out.RetryItem = "*Exhausted", !allRefused
 	}
+	mc.out.RetryAfter = mc.retryItemAfter()
+	mc.out.RetryAfterOK = mc.out.RetryAfter > 0
+}
+
+// retryItemAfter is the advice of an Exhausted or TimedOut as Do returns
+// (doc.go, "Advice for orchestrators"; Exhausted.ItemRetryAfter): "when
+// every backend's last attempt carried a retry-after hint (or was skipped
+// by a breaker that half-opens at a known time), the time from now until
+// the soonest of them"; "0 when a backend gave no hint or the moment has
+// passed". A hint runs out its length after its attempt ended; a skip's
+// RetryAfter is the time from the skip until the breaker half-opens.
+//
+// AMBIGUOUS: "every backend" can only be the backends that have records:
+// the error does not know the chain. A backend the call never reached
+// does not take the advice away.
+func (mc *mcall) retryItemAfter() time.Duration {
+	last := map[int]rec{}
+	for _, r := range mc.out.Attempts {
+		last[r.Backend] = r
+	}
+	soonest := forever
+	for _, r := range last {
+		if r.RetryAfter <= 0 {
+			return 0
+		}
+		soonest = minDur(soonest, r.Start+r.Elapsed+r.RetryAfter)
+	}
+	if soonest == forever || soonest <= mc.now {
+		return 0
+	}
+	return soonest - mc.now
 }
 
 // result is how one attempt ended.

@@ -561,8 +561,12 @@ type propOutcome struct {
 	Hooks     []rec  // what OnAttempt saw
 	Cause     string // Cancelled.Cause or TimedOut.Cause by label
 	RetryItem bool
-	End       time.Duration // when Do returned, relative to the draw's start
-	Inner     []propOutcome // what each inner chain's Do gave during the call, in order
+	// RetryItemAfter's answer as Do returned (the bubble's clock stands
+	// still until the test moves on).
+	RetryAfter   time.Duration
+	RetryAfterOK bool
+	End          time.Duration // when Do returned, relative to the draw's start
+	Inner        []propOutcome // what each inner chain's Do gave during the call, in order
 }
 
 func toRec(a llmretry.Attempt, t0 time.Time, l errLabels) rec {
@@ -665,6 +669,7 @@ func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l
 
 func outcomeOf(resp string, err error, hooks []rec, t0 time.Time, l errLabels) propOutcome {
 	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: hooks}
+	o.RetryAfter, o.RetryAfterOK = llmretry.RetryItemAfter(err)
 	var atts []llmretry.Attempt
 	switch e := err.(type) {
 	case nil:
@@ -796,6 +801,9 @@ func TestChainMatchesModel(t *testing.T) {
 		count = func(os []propOutcome, pre string) {
 			for _, o := range os {
 				seen[pre+o.ErrType]++
+				if o.RetryAfterOK {
+					seen[pre+"retry_item_after"]++
+				}
 				for _, r := range o.Attempts {
 					seen[pre+"why "+string(r.Why)]++
 					if strings.Contains(r.Raw, " bytes cut]") {
@@ -846,7 +854,7 @@ func TestChainMatchesModel(t *testing.T) {
 func fmtOutcomes(os []propOutcome) string {
 	var b strings.Builder
 	for i, o := range os {
-		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.End)
+		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v retry_item_after %v %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.RetryAfter, o.RetryAfterOK, o.End)
 		for _, r := range o.Hooks {
 			fmt.Fprintf(&b, "  hook %+v\n", r)
 		}
