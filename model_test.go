@@ -243,12 +243,18 @@ func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind) bool {
 	return true
 }
 
+// aboutRequest reports whether a failure of Kind k is about the request
+// rather than the backend's health. Doc.go lists truncated, rejected,
+// parse and unknown; a Kind outside the constants, which a custom
+// Classify may return, is settled by Breaker's doc: failures other than
+// transient or timeout "are about the request, not the backend's health"
+// (cancelled never gets this far: it ends the call).
 func aboutRequest(k llmretry.Kind) bool {
 	switch k {
-	case llmretry.KindTruncated, llmretry.KindRejected, llmretry.KindParse, llmretry.KindUnknown:
-		return true
+	case llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindCancelled:
+		return false
 	}
-	return false
+	return true
 }
 
 // isLast reports whether backend b is the last the call can try, given
@@ -1027,6 +1033,16 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	// retry-after still come from the inner attempt of the Kind Classify
 	// gives, as for a plain Call that returns a Failure after its context
 	// ended. The model guessed so, and Do agrees.
+	if m.d.ownInner {
+		// A custom Chain.Classify "replaces that function whole": the
+		// record's Kind is its answer. AMBIGUOUS: the details still
+		// come from the last inner attempt of the Kind the package's
+		// [Classify] gives, which is the function the Nesting section
+		// names, and the reading Do follows (the model first took the
+		// custom Kind's attempt; neither doc says which, for a custom
+		// Classify).
+		k = m.d.innerKind
+	}
 	switch {
 	case res.callerEnd == "cancel":
 		res.kind = llmretry.KindCancelled

@@ -24,6 +24,12 @@ import (
 // virtual time and compares what Do did, record by record, with what an
 // independent model (model_test.go) predicts from the package
 // documentation. A failing draw prints its seed; -seed replays it alone.
+//
+// Draws reach inner chains (nested, and under Standalone), x-should-retry,
+// MaxRawText, a custom Chain.Classify and RetryItemAfter's advice. They do
+// not reach Delivered through nested chains, breakers or jitter inside an
+// inner chain, a chain nested two deep, or concurrent calls: unit tests
+// cover those.
 var (
 	propDraws = flag.Int("draws", 2000, "how many random draws TestChainMatchesModel plays")
 	propSeed  = flag.Uint64("seed", 0, "replay the one draw of TestChainMatchesModel with this seed (0: play -draws random draws)")
@@ -65,10 +71,19 @@ const forever = time.Duration(1<<63 - 1)
 
 // A draw is one property-test case: a chain and the calls made through it.
 type draw struct {
-	seed     uint64
-	maxRaw   int // Chain.MaxRawText
-	backends []drawBackend
-	calls    []drawCall
+	seed   uint64
+	maxRaw int // Chain.MaxRawText
+	// classify, when set, is a custom Chain.Classify for every chain of
+	// the draw: the Kind of each scripted error, by identity. The
+	// generator has already written these Kinds into the steps.
+	classify map[error]llmretry.Kind
+	// innerKind, when classify is set and innerKind is not negative, is
+	// the Kind the custom Classify gives every inner chain's error;
+	// otherwise it gives the package's Classify of it.
+	innerKind llmretry.Kind
+	ownInner  bool
+	backends  []drawBackend
+	calls     []drawCall
 }
 
 type drawBackend struct {
@@ -258,6 +273,14 @@ func generate(seed uint64) *draw {
 			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si), nesting, false))
 		}
 		d.backends = append(d.backends, b)
+	}
+	if r.IntN(6) == 0 {
+		d.classify = genClassify(r, d.backends)
+		if r.IntN(2) == 0 {
+			d.ownInner = true
+			d.innerKind = pick(r, llmretry.KindUnknown, llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindTruncated,
+				llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, kindOutside)
+		}
 	}
 	nc := 1
 	if r.IntN(2) == 0 {
@@ -496,6 +519,71 @@ func genRaw(r *rand.Rand, label string) string {
 	return raw
 }
 
+// kindOutside is a Kind no constant names, which a custom Classify may
+// return: Do must treat it as it treats any Kind that is not retried.
+const kindOutside = llmretry.Kind(9)
+
+// genClassify makes a custom Chain.Classify's table: each scripted error
+// keeps its documented Kind or gets another, and the steps are rewritten
+// with the Kind the table gives, since Chain.Classify "replaces that
+// function whole".
+func genClassify(r *rand.Rand, bs []drawBackend) map[error]llmretry.Kind {
+	table := map[error]llmretry.Kind{}
+	var walk func(bs []drawBackend)
+	walk = func(bs []drawBackend) {
+		for _, b := range bs {
+			for i := range b.script {
+				s := &b.script[i]
+				if s.nest != nil {
+					walk(s.nest.backends)
+					continue
+				}
+				if s.err == nil {
+					continue
+				}
+				k, ok := table[s.err]
+				if !ok {
+					k = s.kind
+					if r.IntN(2) == 0 {
+						k = pick(r, llmretry.KindUnknown, llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindTruncated,
+							llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, kindOutside)
+					}
+					table[s.err] = k
+				}
+				if k != s.kind {
+					s.desc += fmt.Sprintf(" (classified %v)", k)
+				}
+				s.kind = k
+			}
+		}
+	}
+	walk(bs)
+	return table
+}
+
+// classifier is the draw's custom Chain.Classify, or nil. An inner chain's
+// error gets the package's Classify, whose Kinds doc.go's Nesting section
+// gives. Anything else is an error Do must not ask about (one returned by
+// a Call whose context had ended), and gets a Kind that would show it.
+func (d *draw) classifier() func(error) llmretry.Kind {
+	if d.classify == nil {
+		return nil
+	}
+	return func(err error) llmretry.Kind {
+		if k, ok := d.classify[err]; ok {
+			return k
+		}
+		switch err.(type) {
+		case *llmretry.Exhausted, *llmretry.Truncated, *llmretry.TimedOut, *llmretry.Cancelled:
+			if d.ownInner {
+				return d.innerKind
+			}
+			return llmretry.Classify(err)
+		}
+		return kindOutside
+	}
+}
+
 // genMaxRaw draws a Chain.MaxRawText: the default, a small cap or none.
 func genMaxRaw(r *rand.Rand) int {
 	switch r.IntN(4) {
@@ -509,7 +597,11 @@ func genMaxRaw(r *rand.Rand) int {
 
 func (d *draw) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "draw %d: max_raw_text %d\n", d.seed, d.maxRaw)
+	fmt.Fprintf(&b, "draw %d: max_raw_text %d custom classify %v", d.seed, d.maxRaw, d.classify != nil)
+	if d.ownInner {
+		fmt.Fprintf(&b, " (inner chains' errors: %v)", d.innerKind)
+	}
+	b.WriteString("\n")
 	writeBackends(&b, d.backends, "  ")
 	for i, c := range d.calls {
 		fmt.Fprintf(&b, "  call %d: gap %v", i, c.gap)
@@ -595,6 +687,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 		var hookTime time.Duration
 		chain := &llmretry.Chain[string, string]{
 			MaxRawText: d.maxRaw,
+			Classify:   d.classifier(),
 			OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 				hooks = append(hooks, toRec(a, t0, l))
 				// A slow hook: its time passes on the bubble's clock.
@@ -621,7 +714,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 					}
 					s := b.script[i]
 					if s.nest != nil {
-						return runNest(ctx, s.nest, t0, l, &inner)
+						return runNest(ctx, s.nest, d.classifier(), t0, l, &inner)
 					}
 					return runStep(ctx, s)
 				},
@@ -694,11 +787,12 @@ func outcomeOf(resp string, err error, hooks []rec, t0 time.Time, l errLabels) p
 // runNest plays a step that runs an inner chain with the context its Call
 // received (under Standalone when the step says so), and notes the inner
 // Do's outcome.
-func runNest(ctx context.Context, n *nestCfg, t0 time.Time, l errLabels, outs *[]propOutcome) (string, error) {
+func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind, t0 time.Time, l errLabels, outs *[]propOutcome) (string, error) {
 	var hooks []rec
 	next := make([]int, len(n.backends))
 	chain := &llmretry.Chain[string, string]{
 		MaxRawText: n.maxRaw,
+		Classify:   classify,
 		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 			hooks = append(hooks, toRec(a, t0, l))
 		},
