@@ -54,6 +54,7 @@ type mcall struct {
 	hook      time.Duration // how long OnAttempt takes
 	obs       []rec         // what Do's OnAttempt saw, for the waits it drew
 	nested    bool          // runs under another chain's retrying attempt
+	up        *upAttempt    // the enclosing attempt its Delivered marks; nil at the top and under Standalone
 	depth     int           // 0 for the draw's chain, 1 for an inner one
 	start     time.Duration
 	now       time.Duration
@@ -861,6 +862,7 @@ func (mc *mcall) attempt(b int) result {
 				if db.stallTimeout > 0 {
 					stallAt = nd + db.stallTimeout
 				}
+				mc.deliveredUp(nd)
 			}
 			di++
 			continue
@@ -944,6 +946,37 @@ func (mc *mcall) ctxReturnLabel(s pstep, by string) string {
 	return errLabel
 }
 
+// upAttempt is the enclosing chain's attempt as an inner chain sees it.
+type upAttempt struct {
+	delivered    bool
+	stallAt      time.Duration // when its StallTimeout ends it; forever when none
+	stallTimeout time.Duration
+	cancelAt     time.Duration // the caller's cancel
+	cancelBy     string
+}
+
+// deliveredUp passes a delivery at t up to the enclosing attempt: "In
+// nested chains it marks every enclosing chain's attempt too, up to a
+// Standalone context" (Delivered), and "each Delivered also restarts the
+// backend's StallTimeout" (doc.go), so the enclosing attempt's stall end,
+// which is a cancel of this chain's context, moves.
+func (mc *mcall) deliveredUp(t time.Duration) {
+	u := mc.up
+	if u == nil {
+		return
+	}
+	u.delivered = true
+	if u.stallTimeout == 0 {
+		return
+	}
+	u.stallAt = t + u.stallTimeout
+	mc.m.apart(u.stallAt, u.cancelAt, "an enclosing attempt's stall and the caller's cancel")
+	mc.cancelAt, mc.cancelBy = u.cancelAt, u.cancelBy
+	if u.stallAt < mc.cancelAt {
+		mc.cancelAt, mc.cancelBy = u.stallAt, "ErrStalled"
+	}
+}
+
 // nestAttempt plays a Call that runs an inner chain with the context it
 // received. That context ends at the earliest of the caller's cancel and
 // deadline and the backend's own Timeout (a deadline, with the cause
@@ -974,6 +1007,10 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
 	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
 	in.nested = len(db.policy.Waits) > 0 && !n.standalone
+	up := &upAttempt{stallAt: stallAt, stallTimeout: db.stallTimeout, cancelAt: mc.cancelAt, cancelBy: mc.cancelBy}
+	if !n.standalone {
+		in.up = up
+	}
 	in.cancelAt, in.cancelBy = mc.cancelAt, mc.cancelBy
 	if stallAt < in.cancelAt {
 		in.cancelAt, in.cancelBy = stallAt, "ErrStalled"
@@ -991,6 +1028,14 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 
 	var res result
 	res.ret = io.End
+	res.delivered = up.delivered
+	// Deliveries inside may have moved the stall end.
+	ends[1].at = up.stallAt
+	for i := range ends {
+		if i != 1 {
+			m.apart(ends[1].at, ends[i].at, "two ends of an attempt's context")
+		}
+	}
 	ce := forever
 	for _, e := range ends {
 		ce = minDur(ce, e.at)

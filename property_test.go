@@ -25,9 +25,9 @@ import (
 // independent model (model_test.go) predicts from the package
 // documentation. A failing draw prints its seed; -seed replays it alone.
 //
-// Draws reach inner chains (nested, and under Standalone), x-should-retry,
-// MaxRawText, a custom Chain.Classify and RetryItemAfter's advice. They do
-// not reach Delivered through nested chains, breakers or jitter inside an
+// Draws reach inner chains (nested, and under Standalone, delivering
+// output or not), x-should-retry, MaxRawText, a custom Chain.Classify and
+// RetryItemAfter's advice. They do not reach breakers or jitter inside an
 // inner chain, a chain nested two deep, or concurrent calls: unit tests
 // cover those.
 var (
@@ -58,6 +58,7 @@ const (
 	gapOffset      = 7 * time.Microsecond
 	hookOffset     = 11 * time.Microsecond
 	innerTOOffset  = 13 * time.Microsecond // an inner backend's Timeout
+	innerSTOffset  = 17 * time.Microsecond // an inner backend's StallTimeout
 )
 
 // maxRecords bounds the records of one call, on both sides: a Do (or a
@@ -99,7 +100,7 @@ type drawBackend struct {
 // A nestCfg is an inner chain that a pstep's Call runs with the context it
 // received: an LM that wraps an LM, or, under Standalone, an unrelated
 // chain. Its backends have their own policies and scripts (no breakers, no
-// jitter and no deliveries), consumed by that one Call.
+// jitter), consumed by that one Call.
 type nestCfg struct {
 	standalone bool
 	maxRaw     int // the inner Chain.MaxRawText
@@ -371,6 +372,9 @@ func genNest(r *rand.Rand, label string) pstep {
 		if r.IntN(4) == 0 {
 			b.timeout = pick(r, msec(300), 2*time.Second, 10*time.Second) + innerTOOffset
 		}
+		if r.IntN(5) == 0 {
+			b.stallTimeout = pick(r, msec(200), time.Second, 5*time.Second) + innerSTOffset
+		}
 		for si := range 1 + r.IntN(4) {
 			b.script = append(b.script, genStep(r, fmt.Sprintf("%s.i%d.s%d", label, ib, si), false, true))
 		}
@@ -380,8 +384,8 @@ func genNest(r *rand.Rand, label string) pstep {
 }
 
 // genStep makes one scripted attempt; with nesting, it may run an inner
-// chain. An inner chain's steps deliver nothing: Delivered through nested
-// chains is left to the unit tests.
+// chain (inner is set for the steps of an inner chain, which do not nest
+// again).
 func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 	if nesting && r.IntN(3) == 0 {
 		return genNest(r, label)
@@ -458,7 +462,7 @@ func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 		s.dur, s.honour, s.desc = 3*time.Hour, true, "hang"
 		s.err, s.kind = errors.New(label), llmretry.KindUnknown
 	}
-	if r.IntN(100) < 18 && s.dur > 0 && !inner {
+	if r.IntN(100) < 18 && s.dur > 0 {
 		for range 1 + r.IntN(2) {
 			hi := min(s.dur, 30*time.Second)
 			s.delivers = append(s.delivers, time.Duration(r.Int64N(int64(hi/time.Millisecond)))*time.Millisecond)
@@ -799,7 +803,7 @@ func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind
 	}
 	for bi, b := range n.backends {
 		chain.Backends = append(chain.Backends, llmretry.Backend[string, string]{
-			Model: b.model, Retry: b.policy, Timeout: b.timeout,
+			Model: b.model, Retry: b.policy, Timeout: b.timeout, StallTimeout: b.stallTimeout,
 			Call: func(ctx context.Context, _ string) (string, error) {
 				i := next[bi]
 				next[bi]++
@@ -900,6 +904,9 @@ func TestChainMatchesModel(t *testing.T) {
 				}
 				for _, r := range o.Attempts {
 					seen[pre+"why "+string(r.Why)]++
+					if r.Delivered && strings.HasPrefix(r.Err, "inner ") {
+						seen["delivered from an inner chain"]++
+					}
 					if strings.Contains(r.Raw, " bytes cut]") {
 						seen[pre+"raw cut"]++
 						if len(r.Raw) > llmretry.DefaultMaxRawText {
