@@ -54,7 +54,8 @@ type mcall struct {
 	hook      time.Duration // how long OnAttempt takes
 	obs       []rec         // what Do's OnAttempt saw, for the waits it drew
 	nested    bool          // runs under another chain's retrying attempt
-	up        *upAttempt    // the enclosing attempt its Delivered marks; nil at the top and under Standalone
+	encl      *upAttempt    // the enclosing attempt; nil at the top
+	alone     bool          // runs under Standalone: its Delivered does not mark encl
 	depth     int           // 0 for the draw's chain, 1 for an inner one
 	start     time.Duration
 	now       time.Duration
@@ -948,30 +949,41 @@ func (mc *mcall) ctxReturnLabel(s pstep, by string) string {
 
 // upAttempt is the enclosing chain's attempt as an inner chain sees it.
 type upAttempt struct {
+	chain        *mcall // the chain whose attempt it is
 	delivered    bool
 	stallAt      time.Duration // when its StallTimeout ends it; forever when none
 	stallTimeout time.Duration
-	cancelAt     time.Duration // the caller's cancel
-	cancelBy     string
 }
 
-// deliveredUp passes a delivery at t up to the enclosing attempt: "In
+// deliveredUp passes a delivery at t up to the enclosing attempts: "In
 // nested chains it marks every enclosing chain's attempt too, up to a
 // Standalone context" (Delivered), and "each Delivered also restarts the
-// backend's StallTimeout" (doc.go), so the enclosing attempt's stall end,
-// which is a cancel of this chain's context, moves.
+// backend's StallTimeout" (doc.go), so the enclosing attempts' stall ends,
+// which cancel the contexts of the chains inside them, move.
 func (mc *mcall) deliveredUp(t time.Duration) {
-	u := mc.up
+	for c := mc; c.encl != nil && !c.alone; c = c.encl.chain {
+		u := c.encl
+		u.delivered = true
+		if u.stallTimeout > 0 {
+			u.stallAt = t + u.stallTimeout
+		}
+	}
+	mc.refreshCancel()
+}
+
+// refreshCancel sets when an inner chain's context is cancelled: when its
+// enclosing chain's is, or when the enclosing attempt stalls (cancelled
+// with the cause ErrStalled), whichever comes first. Standalone changes
+// nothing here: "Cancellation and deadlines still flow from ctx".
+func (mc *mcall) refreshCancel() {
+	u := mc.encl
 	if u == nil {
 		return
 	}
-	u.delivered = true
-	if u.stallTimeout == 0 {
-		return
-	}
-	u.stallAt = t + u.stallTimeout
-	mc.m.apart(u.stallAt, u.cancelAt, "an enclosing attempt's stall and the caller's cancel")
-	mc.cancelAt, mc.cancelBy = u.cancelAt, u.cancelBy
+	up := u.chain
+	up.refreshCancel()
+	mc.m.apart(u.stallAt, up.cancelAt, "an enclosing attempt's stall and its caller's cancel")
+	mc.cancelAt, mc.cancelBy = up.cancelAt, up.cancelBy
 	if u.stallAt < mc.cancelAt {
 		mc.cancelAt, mc.cancelBy = u.stallAt, "ErrStalled"
 	}
@@ -981,8 +993,7 @@ func (mc *mcall) deliveredUp(t time.Duration) {
 // received. That context ends at the earliest of the caller's cancel and
 // deadline and the backend's own Timeout (a deadline, with the cause
 // ErrAttemptTimeout) and StallTimeout (a cancel, with the cause
-// ErrStalled); inner steps deliver nothing, so the stall timer is never
-// restarted.
+// ErrStalled), which its deliveries restart.
 //
 // Doc.go, "Nesting": while a backend whose Policy has waits is in flight,
 // a chain run under its context makes one attempt per backend and never
@@ -1006,15 +1017,12 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	}
 	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
 	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
-	in.nested = len(db.policy.Waits) > 0 && !n.standalone
-	up := &upAttempt{stallAt: stallAt, stallTimeout: db.stallTimeout, cancelAt: mc.cancelAt, cancelBy: mc.cancelBy}
-	if !n.standalone {
-		in.up = up
-	}
-	in.cancelAt, in.cancelBy = mc.cancelAt, mc.cancelBy
-	if stallAt < in.cancelAt {
-		in.cancelAt, in.cancelBy = stallAt, "ErrStalled"
-	}
+	// The mark of a backend with waits stays on the context of every
+	// chain inside it, however deep, up to a Standalone.
+	in.nested = !n.standalone && (len(db.policy.Waits) > 0 || mc.nested)
+	up := &upAttempt{chain: mc, stallAt: stallAt, stallTimeout: db.stallTimeout}
+	in.encl, in.alone = up, n.standalone
+	in.refreshCancel()
 	in.deadAt, in.deadBy, in.deadCause, in.hasDead = mc.deadAt, mc.deadBy, mc.deadCause, mc.hasDead
 	if timeoutAt < in.deadAt {
 		in.deadAt, in.deadBy, in.deadCause, in.hasDead = timeoutAt, "ErrAttemptTimeout", "ErrAttemptTimeout", true
@@ -1029,11 +1037,12 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	var res result
 	res.ret = io.End
 	res.delivered = up.delivered
-	// Deliveries inside may have moved the stall end.
-	ends[1].at = up.stallAt
+	// Deliveries inside may have moved the stall ends, this attempt's and
+	// its caller's.
+	ends[1].at, ends[2].at = up.stallAt, mc.cancelAt
 	for i := range ends {
-		if i != 1 {
-			m.apart(ends[1].at, ends[i].at, "two ends of an attempt's context")
+		for j := i + 1; j < len(ends); j++ {
+			m.apart(ends[i].at, ends[j].at, "two ends of an attempt's context")
 		}
 	}
 	ce := forever

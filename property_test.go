@@ -27,9 +27,9 @@ import (
 //
 // Draws reach inner chains (nested, and under Standalone, delivering
 // output or not), x-should-retry, MaxRawText, a custom Chain.Classify and
-// RetryItemAfter's advice. They do not reach breakers or jitter inside an
-// inner chain, a chain nested two deep, or concurrent calls: unit tests
-// cover those.
+// RetryItemAfter's advice, two deep at most. They do not reach breakers or
+// jitter inside an inner chain, chains nested deeper, or concurrent calls:
+// unit tests cover those.
 var (
 	propDraws = flag.Int("draws", 2000, "how many random draws TestChainMatchesModel plays")
 	propSeed  = flag.Uint64("seed", 0, "replay the one draw of TestChainMatchesModel with this seed (0: play -draws random draws)")
@@ -348,7 +348,7 @@ func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 
 // genNest makes a step whose Call runs an inner chain of one or two
 // backends.
-func genNest(r *rand.Rand, label string) pstep {
+func genNest(r *rand.Rand, label string, deep bool) pstep {
 	s := pstep{label: label, desc: "inner chain", honour: true, nest: &nestCfg{standalone: r.IntN(3) == 0, maxRaw: genMaxRaw(r)}}
 	if s.nest.standalone {
 		s.desc = "standalone inner chain"
@@ -375,8 +375,11 @@ func genNest(r *rand.Rand, label string) pstep {
 		if r.IntN(5) == 0 {
 			b.stallTimeout = pick(r, msec(200), time.Second, 5*time.Second) + innerSTOffset
 		}
+		// A quarter of the backends of a first inner chain run a
+		// chain of their own, two deep.
+		nesting := !deep && r.IntN(4) == 0
 		for si := range 1 + r.IntN(4) {
-			b.script = append(b.script, genStep(r, fmt.Sprintf("%s.i%d.s%d", label, ib, si), false, true))
+			b.script = append(b.script, genStep(r, fmt.Sprintf("%s.i%d.s%d", label, ib, si), nesting, true))
 		}
 		s.nest.backends = append(s.nest.backends, b)
 	}
@@ -384,11 +387,11 @@ func genNest(r *rand.Rand, label string) pstep {
 }
 
 // genStep makes one scripted attempt; with nesting, it may run an inner
-// chain (inner is set for the steps of an inner chain, which do not nest
-// again).
+// chain (inner is set for the steps of an inner chain, whose own inner
+// chains go no deeper).
 func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 	if nesting && r.IntN(3) == 0 {
-		return genNest(r, label)
+		return genNest(r, label, inner)
 	}
 	s := pstep{label: label, honour: r.IntN(4) > 0, cause: r.IntN(2) == 0}
 	s.dur = pick(r, 0, msec(1), msec(50), msec(300), time.Second, 3*time.Second, 20*time.Second, 70*time.Second)
@@ -793,6 +796,7 @@ func outcomeOf(resp string, err error, hooks []rec, t0 time.Time, l errLabels) p
 // Do's outcome.
 func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind, t0 time.Time, l errLabels, outs *[]propOutcome) (string, error) {
 	var hooks []rec
+	var inner []propOutcome // the outcomes of the chains inside this one
 	next := make([]int, len(n.backends))
 	chain := &llmretry.Chain[string, string]{
 		MaxRawText: n.maxRaw,
@@ -810,7 +814,11 @@ func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind
 				if i >= len(b.script) {
 					return b.defaultResp, nil
 				}
-				return runStep(ctx, b.script[i])
+				s := b.script[i]
+				if s.nest != nil {
+					return runNest(ctx, s.nest, classify, t0, l, &inner)
+				}
+				return runStep(ctx, s)
 			},
 		})
 	}
@@ -818,7 +826,9 @@ func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind
 		ctx = llmretry.Standalone(ctx)
 	}
 	resp, err := chain.Do(ctx, "req")
-	*outs = append(*outs, outcomeOf(resp, err, hooks, t0, l))
+	o := outcomeOf(resp, err, hooks, t0, l)
+	o.Inner = inner
+	*outs = append(*outs, o)
 	return resp, err
 }
 
@@ -917,7 +927,7 @@ func TestChainMatchesModel(t *testing.T) {
 						}
 					}
 				}
-				count(o.Inner, "inner ")
+				count(o.Inner, pre+"inner ")
 			}
 		}
 		count(got, "")
@@ -966,6 +976,12 @@ func fmtOutcomes(os []propOutcome) string {
 			fmt.Fprintf(&b, "  inner chain %d: resp %q err %s cause %q end %v\n", j, in.Resp, in.ErrType, in.Cause, in.End)
 			for _, r := range in.Attempts {
 				fmt.Fprintf(&b, "    rec  %+v\n", r)
+			}
+			for k, in2 := range in.Inner {
+				fmt.Fprintf(&b, "    inner chain %d.%d: resp %q err %s cause %q end %v\n", j, k, in2.Resp, in2.ErrType, in2.Cause, in2.End)
+				for _, r := range in2.Attempts {
+					fmt.Fprintf(&b, "      rec  %+v\n", r)
+				}
 			}
 		}
 	}
