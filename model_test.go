@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/llmretry/llmretry"
 )
@@ -22,10 +23,18 @@ type model struct {
 	d        *draw
 	l        errLabels
 	got      []propOutcome // only for the jittered waits Do drew (and to index them)
-	next     []int         // each backend's position in its script
-	br       []*mbreaker
+	top      *mchain
 	problems []string
 	tie      string
+}
+
+// mchain is the state of one chain across its calls: the draw's chain, or
+// an inner chain (which has one call).
+type mchain struct {
+	backends []drawBackend
+	next     []int // each backend's position in its script
+	br       []*mbreaker
+	maxRaw   int // Chain.MaxRawText
 }
 
 type mbreaker struct {
@@ -39,29 +48,38 @@ type mbreaker struct {
 
 // mcall is the state of one call.
 type mcall struct {
-	m        *model
-	ci       int
-	start    time.Duration
-	now      time.Duration
-	cancelAt time.Duration // forever when none
-	cancelBy string        // the label of context.Cause after the cancel
-	deadAt   time.Duration // forever when none
-	deadBy   string
-	hasDead  bool
-	out      propOutcome
-	tries    []int  // requests (and skips) made to each backend so far
-	lastKind []rec  // each backend's last record in this call
-	visited  []bool // whether each backend has a record in this call
-	skipped  []int  // backends skipped for their breaker and not yet come back to
-	cameBack []bool // backends the call has come back to
-	chosen   bool   // the come-backs were chosen, when the first pass ended
+	m         *model
+	ch        *mchain
+	ci        int
+	hook      time.Duration // how long OnAttempt takes
+	obs       []rec         // what Do's OnAttempt saw, for the waits it drew
+	nested    bool          // runs under another chain's retrying attempt
+	encl      *upAttempt    // the enclosing attempt; nil at the top
+	alone     bool          // runs under Standalone: its Delivered does not mark encl
+	depth     int           // 0 for the draw's chain, 1 for an inner one
+	start     time.Duration
+	now       time.Duration
+	cancelAt  time.Duration // forever when none
+	cancelBy  string        // the label of context.Cause after the cancel
+	deadAt    time.Duration // forever when none
+	deadBy    string
+	deadCause string // TimedOut.Cause's label when the deadline passed; "" when nil
+	hasDead   bool
+	out       propOutcome
+	tries     []int  // requests (and skips) made to each backend so far
+	lastKind  []rec  // each backend's last record in this call
+	visited   []bool // whether each backend has a record in this call
+	skipped   []int  // backends skipped for their breaker and not yet come back to
+	cameBack  []bool // backends the call has come back to
+	chosen    bool   // the come-backs were chosen, when the first pass ended
 }
 
 func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
-	m := &model{d: d, l: d.labels(), got: got, next: make([]int, len(d.backends))}
+	m := &model{d: d, l: d.labels(), got: got}
+	m.top = &mchain{backends: d.backends, next: make([]int, len(d.backends)), maxRaw: d.maxRaw}
 	for _, b := range d.backends {
 		if b.breaker == nil {
-			m.br = append(m.br, nil)
+			m.top.br = append(m.top.br, nil)
 			continue
 		}
 		mb := &mbreaker{failures: b.breaker.failures, cooldown: b.breaker.cooldown}
@@ -71,12 +89,15 @@ func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
 		if mb.cooldown == 0 {
 			mb.cooldown = llmretry.DefaultCooldown
 		}
-		m.br = append(m.br, mb)
+		m.top.br = append(m.top.br, mb)
 	}
 	var outs []propOutcome
 	var end time.Duration
 	for ci, c := range d.calls {
-		mc := &mcall{m: m, ci: ci, start: end + c.gap}
+		mc := &mcall{m: m, ch: m.top, ci: ci, start: end + c.gap, hook: c.hook}
+		if ci < len(got) {
+			mc.obs = got[ci].Hooks
+		}
 		mc.run(c)
 		if m.tie != "" {
 			return nil, nil, m.tie
@@ -107,12 +128,6 @@ func minDur(a, b time.Duration) time.Duration {
 
 func (mc *mcall) run(c drawCall) {
 	m := mc.m
-	n := len(m.d.backends)
-	mc.now = mc.start
-	mc.tries = make([]int, n)
-	mc.lastKind = make([]rec, n)
-	mc.visited = make([]bool, n)
-	mc.cameBack = make([]bool, n)
 	mc.cancelAt, mc.deadAt = forever, forever
 	mc.cancelBy, mc.deadBy = "context.Canceled", "context.DeadlineExceeded"
 	if c.cancelErr != nil {
@@ -120,6 +135,7 @@ func (mc *mcall) run(c drawCall) {
 	}
 	if c.deadlineErr != nil {
 		mc.deadBy = m.l.of(c.deadlineErr)
+		mc.deadCause = mc.deadBy
 	}
 	if c.cancel != 0 {
 		mc.cancelAt = mc.start + c.cancel
@@ -131,6 +147,18 @@ func (mc *mcall) run(c drawCall) {
 		mc.hasDead = true
 		mc.deadAt = mc.start + c.deadline
 	}
+	mc.play()
+}
+
+// play runs the call once its context's ends are set.
+func (mc *mcall) play() {
+	m := mc.m
+	n := len(mc.ch.backends)
+	mc.now = mc.start
+	mc.tries = make([]int, n)
+	mc.lastKind = make([]rec, n)
+	mc.visited = make([]bool, n)
+	mc.cameBack = make([]bool, n)
 	mc.out.RetryItem = true
 
 	// The context is checked before every attempt: one done before Do
@@ -204,7 +232,7 @@ func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []
 // skipped failed for a reason about the request, taking backend cur's
 // latest record to have Kind k.
 func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind) bool {
-	for j := s + 1; j < len(mc.m.d.backends); j++ {
+	for j := s + 1; j < len(mc.ch.backends); j++ {
 		r := mc.lastKind[j]
 		if j == cur {
 			r.Kind, r.Skipped, r.Why = k, false, ""
@@ -221,12 +249,18 @@ func (mc *mcall) aboutRequestAfter(s, cur int, k llmretry.Kind) bool {
 	return true
 }
 
+// aboutRequest reports whether a failure of Kind k is about the request
+// rather than the backend's health. Doc.go lists truncated, rejected,
+// parse and unknown; a Kind outside the constants, which a custom
+// Classify may return, is settled by Breaker's doc: failures other than
+// transient or timeout "are about the request, not the backend's health"
+// (cancelled never gets this far: it ends the call).
 func aboutRequest(k llmretry.Kind) bool {
 	switch k {
-	case llmretry.KindTruncated, llmretry.KindRejected, llmretry.KindParse, llmretry.KindUnknown:
-		return true
+	case llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindCancelled:
+		return false
 	}
-	return false
+	return true
 }
 
 // isLast reports whether backend b is the last the call can try, given
@@ -287,8 +321,8 @@ func (mc *mcall) hookIndex() int { return len(mc.out.Hooks) }
 // observed returns Do's record at the model's next hook index, if any.
 func (mc *mcall) observed() (rec, bool) {
 	i := mc.hookIndex()
-	if mc.ci < len(mc.m.got) && i < len(mc.m.got[mc.ci].Hooks) {
-		return mc.m.got[mc.ci].Hooks[i], true
+	if i < len(mc.obs) {
+		return mc.obs[i], true
 	}
 	return rec{}, false
 }
@@ -309,7 +343,7 @@ func (mc *mcall) emit(r rec) {
 
 // afterHook lets OnAttempt's time pass.
 func (mc *mcall) afterHook() {
-	hook := mc.m.d.calls[mc.ci].hook
+	hook := mc.hook
 	if hook == 0 {
 		return
 	}
@@ -322,9 +356,9 @@ func (mc *mcall) afterHook() {
 // backend runs the attempts of one backend; it reports whether Do returned.
 func (mc *mcall) backend(b int, revisit, final bool) bool {
 	m := mc.m
-	db := m.d.backends[b]
+	db := mc.ch.backends[b]
 	p := db.policy
-	br := m.br[b]
+	br := mc.ch.br[b]
 	if revisit && mc.lastKind[b].Skipped {
 		// "A skip has the Try its request would have had" (Attempt.Try):
 		// it sent nothing, so the come-back's request has that Try. A
@@ -429,7 +463,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		r.Err = res.err
 		r.Kind, r.Status, r.RetryAfter = res.kind, res.status, res.hint
 		if res.raw != nil {
-			r.Raw = *res.raw
+			r.Raw = capRaw(*res.raw, mc.ch.maxRaw)
 		}
 
 		// A breaker learns from every attempt the caller did not end.
@@ -484,6 +518,14 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		}
 		if !r.Kind.Retryable() {
 			return giveUp(llmretry.WhyNotRetryable)
+		}
+		if mc.nested {
+			// "Makes one attempt per backend and never waits", Why
+			// "nested". AMBIGUOUS: the docs do not order nested among
+			// waits_used and max_wait; a nested backend with no waits of
+			// its own, or a hint past its MaxWait, reads nested, as Do
+			// has it (and as the model first guessed).
+			return giveUp(llmretry.WhyNested)
 		}
 		w, repeat, why := nextWait(p, try, mc.hasDead)
 		if why != "" {
@@ -709,15 +751,48 @@ func (mc *mcall) exhaust() {
 	}
 	switch {
 	case trunc:
+		// Truncated's ItemRetryAfter is 0: no time to wait for.
 		mc.out.ErrType, mc.out.RetryItem = "*Truncated", false
+		return
 	case timeout || deadlinePassed:
 		mc.out.ErrType, mc.out.RetryItem = "*TimedOut", true
-		if deadlinePassed && mc.m.d.calls[mc.ci].deadlineErr != nil {
-			mc.out.Cause = mc.deadBy
+		if deadlinePassed && mc.deadCause != "" {
+			mc.out.Cause = mc.deadCause
 		}
 	default:
 		mc.out.ErrType, mc.out.RetryItem = "*Exhausted", !allRefused
 	}
+	mc.out.RetryAfter = mc.retryItemAfter()
+	mc.out.RetryAfterOK = mc.out.RetryAfter > 0
+}
+
+// retryItemAfter is the advice of an Exhausted or TimedOut as Do returns
+// (doc.go, "Advice for orchestrators"; Exhausted.ItemRetryAfter): "when
+// every backend's last attempt carried a retry-after hint (or was skipped
+// by a breaker that half-opens at a known time), the time from now until
+// the soonest of them"; "0 when a backend gave no hint or the moment has
+// passed". A hint runs out its length after its attempt ended; a skip's
+// RetryAfter is the time from the skip until the breaker half-opens.
+//
+// AMBIGUOUS: "every backend" can only be the backends that have records:
+// the error does not know the chain. A backend the call never reached
+// does not take the advice away.
+func (mc *mcall) retryItemAfter() time.Duration {
+	last := map[int]rec{}
+	for _, r := range mc.out.Attempts {
+		last[r.Backend] = r
+	}
+	soonest := forever
+	for _, r := range last {
+		if r.RetryAfter <= 0 {
+			return 0
+		}
+		soonest = minDur(soonest, r.Start+r.Elapsed+r.RetryAfter)
+	}
+	if soonest == forever || soonest <= mc.now {
+		return 0
+	}
+	return soonest - mc.now
 }
 
 // result is how one attempt ended.
@@ -737,10 +812,10 @@ type result struct {
 // attempt plays backend b's next scripted pstep from now.
 func (mc *mcall) attempt(b int) result {
 	m := mc.m
-	db := m.d.backends[b]
-	i := m.next[b]
-	m.next[b]++
-	s := pstep{ok: true, label: fmt.Sprintf("b%d.default", b), honour: true, dur: 0}
+	db := mc.ch.backends[b]
+	i := mc.ch.next[b]
+	mc.ch.next[b]++
+	s := pstep{ok: true, label: db.defaultResp, honour: true, dur: 0}
 	if i < len(db.script) {
 		s = db.script[i]
 	}
@@ -755,6 +830,9 @@ func (mc *mcall) attempt(b int) result {
 	}
 	if db.stallTimeout > 0 {
 		stallAt = start + db.stallTimeout
+	}
+	if s.nest != nil {
+		return mc.nestAttempt(db, s.nest, timeoutAt, stallAt)
 	}
 	var res result
 	ctxDone, by := false, ""
@@ -791,6 +869,7 @@ func (mc *mcall) attempt(b int) result {
 				if db.stallTimeout > 0 {
 					stallAt = nd + db.stallTimeout
 				}
+				mc.deliveredUp(nd)
 			}
 			di++
 			continue
@@ -872,4 +951,189 @@ func (mc *mcall) ctxReturnLabel(s pstep, by string) string {
 		return "ctxreturn(" + cause + ")"
 	}
 	return errLabel
+}
+
+// upAttempt is the enclosing chain's attempt as an inner chain sees it.
+type upAttempt struct {
+	chain        *mcall // the chain whose attempt it is
+	delivered    bool
+	stallAt      time.Duration // when its StallTimeout ends it; forever when none
+	stallTimeout time.Duration
+}
+
+// deliveredUp passes a delivery at t up to the enclosing attempts: "In
+// nested chains it marks every enclosing chain's attempt too, up to a
+// Standalone context" (Delivered), and "each Delivered also restarts the
+// backend's StallTimeout" (doc.go), so the enclosing attempts' stall ends,
+// which cancel the contexts of the chains inside them, move.
+func (mc *mcall) deliveredUp(t time.Duration) {
+	for c := mc; c.encl != nil && !c.alone; c = c.encl.chain {
+		u := c.encl
+		u.delivered = true
+		if u.stallTimeout > 0 {
+			u.stallAt = t + u.stallTimeout
+		}
+	}
+	mc.refreshCancel()
+}
+
+// refreshCancel sets when an inner chain's context is cancelled: when its
+// enclosing chain's is, or when the enclosing attempt stalls (cancelled
+// with the cause ErrStalled), whichever comes first. Standalone changes
+// nothing here: "Cancellation and deadlines still flow from ctx".
+func (mc *mcall) refreshCancel() {
+	u := mc.encl
+	if u == nil {
+		return
+	}
+	up := u.chain
+	up.refreshCancel()
+	mc.m.apart(u.stallAt, up.cancelAt, "an enclosing attempt's stall and its caller's cancel")
+	mc.cancelAt, mc.cancelBy = up.cancelAt, up.cancelBy
+	if u.stallAt < mc.cancelAt {
+		mc.cancelAt, mc.cancelBy = u.stallAt, "ErrStalled"
+	}
+}
+
+// nestAttempt plays a Call that runs an inner chain with the context it
+// received. That context ends at the earliest of the caller's cancel and
+// deadline and the backend's own Timeout (a deadline, with the cause
+// ErrAttemptTimeout) and StallTimeout (a cancel, with the cause
+// ErrStalled), which its deliveries restart.
+//
+// Doc.go, "Nesting": while a backend whose Policy has waits is in flight,
+// a chain run under its context makes one attempt per backend and never
+// waits, unless it runs under Standalone, in which case it retries by its
+// own policy. The outer record takes the Kind that Classify gives the inner
+// error (a Truncated is truncated, a TimedOut a timeout, an Exhausted the
+// Kind of its last attempt, and a Cancelled, by Classify's doc, cancelled),
+// and the status, raw text and retry-after of the last inner attempt of
+// that Kind.
+func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time.Duration) result {
+	m := mc.m
+	start := mc.now
+	ends := []struct {
+		at time.Duration
+		by string
+	}{{timeoutAt, "timeout"}, {stallAt, "stall"}, {mc.cancelAt, "cancel"}, {mc.deadAt, "deadline"}}
+	for i := range ends {
+		for j := i + 1; j < len(ends); j++ {
+			m.apart(ends[i].at, ends[j].at, "two ends of an attempt's context")
+		}
+	}
+	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
+	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
+	// The mark of a backend with waits stays on the context of every
+	// chain inside it, however deep, up to a Standalone.
+	in.nested = !n.standalone && (len(db.policy.Waits) > 0 || mc.nested)
+	up := &upAttempt{chain: mc, stallAt: stallAt, stallTimeout: db.stallTimeout}
+	in.encl, in.alone = up, n.standalone
+	in.refreshCancel()
+	in.deadAt, in.deadBy, in.deadCause, in.hasDead = mc.deadAt, mc.deadBy, mc.deadCause, mc.hasDead
+	if timeoutAt < in.deadAt {
+		in.deadAt, in.deadBy, in.deadCause, in.hasDead = timeoutAt, "ErrAttemptTimeout", "ErrAttemptTimeout", true
+	}
+	in.play()
+	if m.tie != "" {
+		return result{}
+	}
+	io := in.out
+	mc.out.Inner = append(mc.out.Inner, io)
+
+	var res result
+	res.ret = io.End
+	res.delivered = up.delivered
+	// Deliveries inside may have moved the stall ends, this attempt's and
+	// its caller's.
+	ends[1].at, ends[2].at = up.stallAt, mc.cancelAt
+	for i := range ends {
+		for j := i + 1; j < len(ends); j++ {
+			m.apart(ends[i].at, ends[j].at, "two ends of an attempt's context")
+		}
+	}
+	ce := forever
+	for _, e := range ends {
+		ce = minDur(ce, e.at)
+	}
+	// The inner chain returns at an end of its context only because of it
+	// (its own tie checks cover a return there for any other reason).
+	ctxDone := ce <= res.ret
+	switch {
+	case mc.cancelAt <= res.ret && mc.cancelAt < mc.deadAt:
+		res.callerEnd = "cancel"
+	case mc.deadAt <= res.ret:
+		res.callerEnd = "deadline"
+	}
+	if io.ErrType == "nil" {
+		res.ok, res.resp = true, io.Resp
+		return res
+	}
+	res.err = "inner " + io.ErrType
+	k := llmretry.KindCancelled
+	switch io.ErrType {
+	case "*Truncated":
+		k = llmretry.KindTruncated
+	case "*TimedOut":
+		k = llmretry.KindTimeout
+	case "*Exhausted":
+		k = io.Attempts[len(io.Attempts)-1].Kind
+	}
+	for i := len(io.Attempts) - 1; i >= 0; i-- {
+		if a := io.Attempts[i]; a.Kind == k {
+			res.status, res.hint = a.Status, a.RetryAfter
+			if a.Raw != "<nil>" {
+				raw := a.Raw
+				res.raw = &raw
+			}
+			break
+		}
+	}
+	// AMBIGUOUS: when the attempt's context ended, its Kind is cancelled or
+	// timeout whatever the inner chain gave; the status, raw text and
+	// retry-after still come from the inner attempt of the Kind Classify
+	// gives, as for a plain Call that returns a Failure after its context
+	// ended. The model guessed so, and Do agrees.
+	if m.d.ownInner {
+		// A custom Chain.Classify "replaces that function whole": the
+		// record's Kind is its answer. AMBIGUOUS: the details still
+		// come from the last inner attempt of the Kind the package's
+		// [Classify] gives, which is the function the Nesting section
+		// names, and the reading Do follows (the model first took the
+		// custom Kind's attempt; neither doc says which, for a custom
+		// Classify).
+		k = m.d.innerKind
+	}
+	switch {
+	case res.callerEnd == "cancel":
+		res.kind = llmretry.KindCancelled
+	case res.callerEnd == "deadline":
+		res.kind = llmretry.KindTimeout
+	case ctxDone:
+		// Ended by the backend's own Timeout or StallTimeout: timeout,
+		// whatever the Call returned.
+		res.kind = llmretry.KindTimeout
+	default:
+		res.kind = k
+	}
+	return res
+}
+
+// capRaw is the raw text a record keeps: "at most Chain.MaxRawText bytes
+// of it, 64 KiB by default, the cut marked" (doc.go); "longer output is
+// cut at a character boundary and marked with " [llmretry: N bytes cut]".
+// 0 means DefaultMaxRawText; negative means no limit" (Chain.MaxRawText).
+// N is taken to count the bytes left out, and the mark to come on top of
+// the bytes kept.
+func capRaw(raw string, max int) string {
+	if max == 0 {
+		max = llmretry.DefaultMaxRawText
+	}
+	if max < 0 || len(raw) <= max {
+		return raw
+	}
+	keep := max
+	for keep > 0 && !utf8.RuneStart(raw[keep]) {
+		keep--
+	}
+	return fmt.Sprintf("%s [llmretry: %d bytes cut]", raw[:keep], len(raw)-keep)
 }

@@ -24,6 +24,12 @@ import (
 // virtual time and compares what Do did, record by record, with what an
 // independent model (model_test.go) predicts from the package
 // documentation. A failing draw prints its seed; -seed replays it alone.
+//
+// Draws reach inner chains (nested, and under Standalone, delivering
+// output or not), x-should-retry, MaxRawText, a custom Chain.Classify and
+// RetryItemAfter's advice, two deep at most. They do not reach breakers or
+// jitter inside an inner chain, chains nested deeper, or concurrent calls:
+// unit tests cover those.
 var (
 	propDraws = flag.Int("draws", 2000, "how many random draws TestChainMatchesModel plays")
 	propSeed  = flag.Uint64("seed", 0, "replay the one draw of TestChainMatchesModel with this seed (0: play -draws random draws)")
@@ -51,6 +57,8 @@ const (
 	callerOffset   = 500 * time.Microsecond
 	gapOffset      = 7 * time.Microsecond
 	hookOffset     = 11 * time.Microsecond
+	innerTOOffset  = 13 * time.Microsecond // an inner backend's Timeout
+	innerSTOffset  = 17 * time.Microsecond // an inner backend's StallTimeout
 )
 
 // maxRecords bounds the records of one call, on both sides: a Do (or a
@@ -64,9 +72,19 @@ const forever = time.Duration(1<<63 - 1)
 
 // A draw is one property-test case: a chain and the calls made through it.
 type draw struct {
-	seed     uint64
-	backends []drawBackend
-	calls    []drawCall
+	seed   uint64
+	maxRaw int // Chain.MaxRawText
+	// classify, when set, is a custom Chain.Classify for every chain of
+	// the draw: the Kind of each scripted error, by identity. The
+	// generator has already written these Kinds into the steps.
+	classify map[error]llmretry.Kind
+	// innerKind, when classify is set and innerKind is not negative, is
+	// the Kind the custom Classify gives every inner chain's error;
+	// otherwise it gives the package's Classify of it.
+	innerKind llmretry.Kind
+	ownInner  bool
+	backends  []drawBackend
+	calls     []drawCall
 }
 
 type drawBackend struct {
@@ -76,6 +94,17 @@ type drawBackend struct {
 	stallTimeout time.Duration
 	breaker      *breakerCfg // nil: none
 	script       []pstep     // consumed in order across the draw's calls; past its end every call succeeds
+	defaultResp  string      // the response of a call past the script's end
+}
+
+// A nestCfg is an inner chain that a pstep's Call runs with the context it
+// received: an LM that wraps an LM, or, under Standalone, an unrelated
+// chain. Its backends have their own policies and scripts (no breakers, no
+// jitter), consumed by that one Call.
+type nestCfg struct {
+	standalone bool
+	maxRaw     int // the inner Chain.MaxRawText
+	backends   []drawBackend
 }
 
 type breakerCfg struct {
@@ -93,6 +122,7 @@ type pstep struct {
 	err      error           // the error it returns when !ok
 	label    string          // names this pstep's response or error in records
 	desc     string          // readable description
+	nest     *nestCfg        // when set, the Call runs this inner chain and returns what it gives
 
 	// What the documentation says the error is, written down by the
 	// generator from the tables in doc.go and errkind's doc comments (not
@@ -124,15 +154,22 @@ func (d *draw) labels() errLabels {
 		llmretry.ErrAttemptTimeout: "ErrAttemptTimeout",
 		llmretry.ErrStalled:        "ErrStalled",
 	}
-	for _, b := range d.backends {
-		for _, s := range b.script {
-			if s.err != nil {
-				if _, ok := l[s.err]; !ok {
-					l[s.err] = s.label
+	var add func(bs []drawBackend)
+	add = func(bs []drawBackend) {
+		for _, b := range bs {
+			for _, s := range b.script {
+				if s.err != nil {
+					if _, ok := l[s.err]; !ok {
+						l[s.err] = s.label
+					}
+				}
+				if s.nest != nil {
+					add(s.nest.backends)
 				}
 			}
 		}
 	}
+	add(d.backends)
 	for i, c := range d.calls {
 		if c.deadlineErr != nil {
 			l[c.deadlineErr] = fmt.Sprintf("call%d.deadline-cause", i)
@@ -158,8 +195,12 @@ func (l errLabels) of(err error) string {
 	if s, ok := l[err]; ok {
 		return s
 	}
-	if r, ok := err.(*ctxReturn); ok {
-		return "ctxreturn(" + l.of(r.cause) + ")"
+	switch e := err.(type) {
+	case *ctxReturn:
+		return "ctxreturn(" + l.of(e.cause) + ")"
+	case *llmretry.Exhausted, *llmretry.Truncated, *llmretry.TimedOut, *llmretry.Cancelled:
+		// An inner chain's error: its records are compared on their own.
+		return "inner " + strings.Replace(fmt.Sprintf("%T", e), "llmretry.", "", 1)
 	}
 	return fmt.Sprintf("unlabelled %T: %v", err, err)
 }
@@ -172,10 +213,14 @@ func msec(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 func generate(seed uint64) *draw {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	d := &draw{seed: seed}
+	d.maxRaw = genMaxRaw(r)
 	n := 1 + r.IntN(4)
+	// In a fifth of the draws, some steps run an inner chain.
+	nesting := r.IntN(5) == 0
 	for bi := range n {
 		var b drawBackend
 		b.model = fmt.Sprintf("m%d", bi)
+		b.defaultResp = fmt.Sprintf("b%d.default", bi)
 		if r.IntN(10) == 0 {
 			b.model = ""
 		}
@@ -226,9 +271,17 @@ func generate(seed uint64) *draw {
 		}
 		ns := 1 + r.IntN(8)
 		for si := range ns {
-			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si)))
+			b.script = append(b.script, genStep(r, fmt.Sprintf("b%d.s%d", bi, si), nesting, false))
 		}
 		d.backends = append(d.backends, b)
+	}
+	if r.IntN(6) == 0 {
+		d.classify = genClassify(r, d.backends)
+		if r.IntN(2) == 0 {
+			d.ownInner = true
+			d.innerKind = pick(r, llmretry.KindUnknown, llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindTruncated,
+				llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, kindOutside)
+		}
 	}
 	nc := 1
 	if r.IntN(2) == 0 {
@@ -278,7 +331,7 @@ func generate(seed uint64) *draw {
 // reserve" fails), so it is worth a draw.
 func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 	p := b.policy
-	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour {
+	if len(p.Waits) == 0 || p.Jitter != 0 || len(b.script) == 0 || b.script[0].dur >= time.Hour || b.script[0].nest != nil {
 		return 0, false
 	}
 	used := b.script[0].dur + p.Waits[0]
@@ -293,7 +346,53 @@ func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 	return 0, false
 }
 
-func genStep(r *rand.Rand, label string) pstep {
+// genNest makes a step whose Call runs an inner chain of one or two
+// backends.
+func genNest(r *rand.Rand, label string, deep bool) pstep {
+	s := pstep{label: label, desc: "inner chain", honour: true, nest: &nestCfg{standalone: r.IntN(3) == 0, maxRaw: genMaxRaw(r)}}
+	if s.nest.standalone {
+		s.desc = "standalone inner chain"
+	}
+	for ib := range 1 + r.IntN(2) {
+		var b drawBackend
+		b.model = fmt.Sprintf("%s.i%d", label, ib)
+		b.defaultResp = b.model + ".default"
+		nw := r.IntN(4)
+		for range nw {
+			b.policy.Waits = append(b.policy.Waits, pick(r, 0, msec(100), time.Second, 2*time.Second, 5*time.Second))
+		}
+		if nw > 0 {
+			switch r.IntN(4) {
+			case 0:
+				b.policy.Reserve = pick(r, -time.Second, time.Second, 5*time.Second)
+			case 1:
+				b.policy.MaxWait = pick(r, -time.Second, msec(500), 10*time.Second)
+			}
+		}
+		if r.IntN(4) == 0 {
+			b.timeout = pick(r, msec(300), 2*time.Second, 10*time.Second) + innerTOOffset
+		}
+		if r.IntN(5) == 0 {
+			b.stallTimeout = pick(r, msec(200), time.Second, 5*time.Second) + innerSTOffset
+		}
+		// A quarter of the backends of a first inner chain run a
+		// chain of their own, two deep.
+		nesting := !deep && r.IntN(4) == 0
+		for si := range 1 + r.IntN(4) {
+			b.script = append(b.script, genStep(r, fmt.Sprintf("%s.i%d.s%d", label, ib, si), nesting, true))
+		}
+		s.nest.backends = append(s.nest.backends, b)
+	}
+	return s
+}
+
+// genStep makes one scripted attempt; with nesting, it may run an inner
+// chain (inner is set for the steps of an inner chain, whose own inner
+// chains go no deeper).
+func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
+	if nesting && r.IntN(3) == 0 {
+		return genNest(r, label, inner)
+	}
 	s := pstep{label: label, honour: r.IntN(4) > 0, cause: r.IntN(2) == 0}
 	s.dur = pick(r, 0, msec(1), msec(50), msec(300), time.Second, 3*time.Second, 20*time.Second, 70*time.Second)
 	switch k := r.IntN(100); {
@@ -319,17 +418,38 @@ func genStep(r *rand.Rand, label string) pstep {
 				s.desc += " retry-after-ms " + v
 			}
 		}
+		var should string
+		if r.IntN(4) == 0 {
+			if h == nil {
+				h = http.Header{}
+			}
+			should = pick(r, "true", "false", "maybe")
+			h.Set("X-Should-Retry", should)
+			s.desc += " x-should-retry " + should
+		}
 		s.err = llmretry.StatusFailure(code, h, errors.New(label))
 		s.status, s.kind = code, llmretry.KindRejected // any other 4xx
 		switch {
 		case code == 408, code == 429, code >= 500:
 			s.kind = llmretry.KindTransient
 		}
+		// The header overrides the status: "true" asks for a retry,
+		// "false" refuses one, anything else says nothing.
+		// AMBIGUOUS: StatusFailure's doc says the header overrides
+		// ClassifyStatus but not with which Kinds; the Kinds doc.go
+		// gives a retried and a refused HTTP error are transient and
+		// rejected, and StatusFailure does so.
+		switch should {
+		case "true":
+			s.kind = llmretry.KindTransient
+		case "false":
+			s.kind = llmretry.KindRejected
+		}
 	case k < 58:
-		raw := "raw " + label
+		raw := genRaw(r, label)
 		s.err, s.desc, s.kind, s.raw = llmretry.Truncation(raw), "truncation", llmretry.KindTruncated, &raw
 	case k < 68:
-		raw := "raw " + label
+		raw := genRaw(r, label)
 		s.err, s.desc, s.kind, s.raw = llmretry.ParseFailure(raw, errors.New(label)), "parse failure", llmretry.KindParse, &raw
 	case k < 76:
 		s.err, s.desc, s.kind = errors.New(label), "plain error", llmretry.KindUnknown
@@ -355,25 +475,28 @@ func genStep(r *rand.Rand, label string) pstep {
 	return s
 }
 
-func (d *draw) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "draw %d:\n", d.seed)
-	for i, be := range d.backends {
-		fmt.Fprintf(&b, "  backend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
-			i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
+func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
+	for i, be := range bs {
+		fmt.Fprintf(b, "%sbackend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
+			indent, i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
 		if be.breaker != nil {
-			fmt.Fprintf(&b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
+			fmt.Fprintf(b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
 		}
 		b.WriteString("\n")
 		for _, s := range be.script {
-			fmt.Fprintf(&b, "    %s: %s", s.label, s.desc)
+			fmt.Fprintf(b, "%s  %s: %s", indent, s.label, s.desc)
+			if s.nest != nil {
+				fmt.Fprintf(b, " (max_raw_text %d):\n", s.nest.maxRaw)
+				writeBackends(b, s.nest.backends, indent+"    ")
+				continue
+			}
 			if s.dur == forever {
 				b.WriteString(" until its context ends")
 			} else {
-				fmt.Fprintf(&b, " after %v", s.dur)
+				fmt.Fprintf(b, " after %v", s.dur)
 			}
 			if len(s.delivers) > 0 {
-				fmt.Fprintf(&b, ", delivering at %v", s.delivers)
+				fmt.Fprintf(b, ", delivering at %v", s.delivers)
 			}
 			if s.honour {
 				b.WriteString(", honours its context")
@@ -386,6 +509,107 @@ func (d *draw) String() string {
 			b.WriteString("\n")
 		}
 	}
+}
+
+// genRaw makes a model's raw output: mostly short, sometimes a little
+// longer with multi-byte characters (so a small MaxRawText cuts inside
+// one), and sometimes about DefaultMaxRawText long, on either side of it.
+func genRaw(r *rand.Rand, label string) string {
+	raw := "raw " + label
+	switch k := r.IntN(20); {
+	case k < 3:
+		raw += " " + strings.Repeat("é€🙂x", 1+r.IntN(8))
+	case k < 4:
+		// "aé€🙂" is 10 bytes; 6553 of them are just under 64 KiB.
+		raw += strings.Repeat("aé€🙂", llmretry.DefaultMaxRawText/10+r.IntN(3)-1)
+	}
+	return raw
+}
+
+// kindOutside is a Kind no constant names, which a custom Classify may
+// return: Do must treat it as it treats any Kind that is not retried.
+const kindOutside = llmretry.Kind(9)
+
+// genClassify makes a custom Chain.Classify's table: each scripted error
+// keeps its documented Kind or gets another, and the steps are rewritten
+// with the Kind the table gives, since Chain.Classify "replaces that
+// function whole".
+func genClassify(r *rand.Rand, bs []drawBackend) map[error]llmretry.Kind {
+	table := map[error]llmretry.Kind{}
+	var walk func(bs []drawBackend)
+	walk = func(bs []drawBackend) {
+		for _, b := range bs {
+			for i := range b.script {
+				s := &b.script[i]
+				if s.nest != nil {
+					walk(s.nest.backends)
+					continue
+				}
+				if s.err == nil {
+					continue
+				}
+				k, ok := table[s.err]
+				if !ok {
+					k = s.kind
+					if r.IntN(2) == 0 {
+						k = pick(r, llmretry.KindUnknown, llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindTruncated,
+							llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, kindOutside)
+					}
+					table[s.err] = k
+				}
+				if k != s.kind {
+					s.desc += fmt.Sprintf(" (classified %v)", k)
+				}
+				s.kind = k
+			}
+		}
+	}
+	walk(bs)
+	return table
+}
+
+// classifier is the draw's custom Chain.Classify, or nil. An inner chain's
+// error gets the package's Classify, whose Kinds doc.go's Nesting section
+// gives. Anything else is an error Do must not ask about (one returned by
+// a Call whose context had ended), and gets a Kind that would show it.
+func (d *draw) classifier() func(error) llmretry.Kind {
+	if d.classify == nil {
+		return nil
+	}
+	return func(err error) llmretry.Kind {
+		if k, ok := d.classify[err]; ok {
+			return k
+		}
+		switch err.(type) {
+		case *llmretry.Exhausted, *llmretry.Truncated, *llmretry.TimedOut, *llmretry.Cancelled:
+			if d.ownInner {
+				return d.innerKind
+			}
+			return llmretry.Classify(err)
+		}
+		return kindOutside
+	}
+}
+
+// genMaxRaw draws a Chain.MaxRawText: the default, a small cap or none.
+func genMaxRaw(r *rand.Rand) int {
+	switch r.IntN(4) {
+	case 0:
+		return pick(r, 1, 5, 13, 20, 33)
+	case 1:
+		return -1
+	}
+	return 0
+}
+
+func (d *draw) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "draw %d: max_raw_text %d custom classify %v", d.seed, d.maxRaw, d.classify != nil)
+	if d.ownInner {
+		fmt.Fprintf(&b, " (inner chains' errors: %v)", d.innerKind)
+	}
+	b.WriteString("\n")
+	writeBackends(&b, d.backends, "  ")
 	for i, c := range d.calls {
 		fmt.Fprintf(&b, "  call %d: gap %v", i, c.gap)
 		if c.deadline != 0 {
@@ -436,7 +660,12 @@ type propOutcome struct {
 	Hooks     []rec  // what OnAttempt saw
 	Cause     string // Cancelled.Cause or TimedOut.Cause by label
 	RetryItem bool
-	End       time.Duration // when Do returned, relative to the draw's start
+	// RetryItemAfter's answer as Do returned (the bubble's clock stands
+	// still until the test moves on).
+	RetryAfter   time.Duration
+	RetryAfterOK bool
+	End          time.Duration // when Do returned, relative to the draw's start
+	Inner        []propOutcome // what each inner chain's Do gave during the call, in order
 }
 
 func toRec(a llmretry.Attempt, t0 time.Time, l errLabels) rec {
@@ -464,6 +693,8 @@ func play(t *testing.T, d *draw) []propOutcome {
 		var runaway func()
 		var hookTime time.Duration
 		chain := &llmretry.Chain[string, string]{
+			MaxRawText: d.maxRaw,
+			Classify:   d.classifier(),
 			OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 				hooks = append(hooks, toRec(a, t0, l))
 				// A slow hook: its time passes on the bubble's clock.
@@ -475,6 +706,7 @@ func play(t *testing.T, d *draw) []propOutcome {
 				}
 			},
 		}
+		var inner []propOutcome // the inner chains' outcomes in the current call
 		for bi, b := range d.backends {
 			if b.breaker != nil {
 				breakers[bi] = &llmretry.Breaker{Failures: b.breaker.failures, Cooldown: b.breaker.cooldown}
@@ -485,9 +717,13 @@ func play(t *testing.T, d *draw) []propOutcome {
 					i := next[bi]
 					next[bi]++
 					if i >= len(b.script) {
-						return fmt.Sprintf("b%d.default", bi), nil
+						return b.defaultResp, nil
 					}
-					return runStep(ctx, b.script[i])
+					s := b.script[i]
+					if s.nest != nil {
+						return runNest(ctx, s.nest, d.classifier(), t0, l, &inner)
+					}
+					return runStep(ctx, s)
 				},
 			})
 		}
@@ -496,7 +732,10 @@ func play(t *testing.T, d *draw) []propOutcome {
 			// is; nothing is being waited for.
 			time.Sleep(c.gap)
 			hookTime = c.hook
-			outs = append(outs, playCall(chain, c, t0, l, &hooks, &runaway))
+			inner = nil
+			o := playCall(chain, c, t0, l, &hooks, &runaway)
+			o.Inner = inner
+			outs = append(outs, o)
 		}
 	})
 	return outs
@@ -525,7 +764,12 @@ func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l
 		defer tm.Stop()
 	}
 	resp, err := chain.Do(ctx, "req")
-	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: *hooks}
+	return outcomeOf(resp, err, *hooks, t0, l)
+}
+
+func outcomeOf(resp string, err error, hooks []rec, t0 time.Time, l errLabels) propOutcome {
+	o := propOutcome{Resp: resp, End: time.Since(t0), RetryItem: llmretry.RetryItem(err), Hooks: hooks}
+	o.RetryAfter, o.RetryAfterOK = llmretry.RetryItemAfter(err)
 	var atts []llmretry.Attempt
 	switch e := err.(type) {
 	case nil:
@@ -545,6 +789,47 @@ func playCall(chain *llmretry.Chain[string, string], c drawCall, t0 time.Time, l
 		o.Attempts = append(o.Attempts, toRec(a, t0, l))
 	}
 	return o
+}
+
+// runNest plays a step that runs an inner chain with the context its Call
+// received (under Standalone when the step says so), and notes the inner
+// Do's outcome.
+func runNest(ctx context.Context, n *nestCfg, classify func(error) llmretry.Kind, t0 time.Time, l errLabels, outs *[]propOutcome) (string, error) {
+	var hooks []rec
+	var inner []propOutcome // the outcomes of the chains inside this one
+	next := make([]int, len(n.backends))
+	chain := &llmretry.Chain[string, string]{
+		MaxRawText: n.maxRaw,
+		Classify:   classify,
+		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+			hooks = append(hooks, toRec(a, t0, l))
+		},
+	}
+	for bi, b := range n.backends {
+		chain.Backends = append(chain.Backends, llmretry.Backend[string, string]{
+			Model: b.model, Retry: b.policy, Timeout: b.timeout, StallTimeout: b.stallTimeout,
+			Call: func(ctx context.Context, _ string) (string, error) {
+				i := next[bi]
+				next[bi]++
+				if i >= len(b.script) {
+					return b.defaultResp, nil
+				}
+				s := b.script[i]
+				if s.nest != nil {
+					return runNest(ctx, s.nest, classify, t0, l, &inner)
+				}
+				return runStep(ctx, s)
+			},
+		})
+	}
+	if n.standalone {
+		ctx = llmretry.Standalone(ctx)
+	}
+	resp, err := chain.Do(ctx, "req")
+	o := outcomeOf(resp, err, hooks, t0, l)
+	o.Inner = inner
+	*outs = append(*outs, o)
+	return resp, err
 }
 
 // runStep plays one scripted attempt on the bubble's clock.
@@ -620,10 +905,34 @@ func TestChainMatchesModel(t *testing.T) {
 			}
 			continue
 		}
+		var count func(os []propOutcome, pre string)
+		count = func(os []propOutcome, pre string) {
+			for _, o := range os {
+				seen[pre+o.ErrType]++
+				if o.RetryAfterOK {
+					seen[pre+"retry_item_after"]++
+				}
+				for _, r := range o.Attempts {
+					seen[pre+"why "+string(r.Why)]++
+					if r.Delivered && strings.HasPrefix(r.Err, "inner ") {
+						seen["delivered from an inner chain"]++
+					}
+					if strings.Contains(r.Raw, " bytes cut]") {
+						seen[pre+"raw cut"]++
+						if len(r.Raw) > llmretry.DefaultMaxRawText {
+							seen[pre+"raw cut at the default"]++
+						}
+						if strings.HasPrefix(r.Err, "inner ") {
+							seen[pre+"raw cut from an inner chain"]++
+						}
+					}
+				}
+				count(o.Inner, pre+"inner ")
+			}
+		}
+		count(got, "")
 		for _, o := range got {
-			seen[o.ErrType]++
 			for _, r := range o.Attempts {
-				seen["why "+string(r.Why)]++
 				if r.Skipped {
 					seen["skipped"]++
 				}
@@ -656,12 +965,24 @@ func TestChainMatchesModel(t *testing.T) {
 func fmtOutcomes(os []propOutcome) string {
 	var b strings.Builder
 	for i, o := range os {
-		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.End)
+		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v retry_item_after %v %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.RetryAfter, o.RetryAfterOK, o.End)
 		for _, r := range o.Hooks {
 			fmt.Fprintf(&b, "  hook %+v\n", r)
 		}
 		for _, r := range o.Attempts {
 			fmt.Fprintf(&b, "  rec  %+v\n", r)
+		}
+		for j, in := range o.Inner {
+			fmt.Fprintf(&b, "  inner chain %d: resp %q err %s cause %q end %v\n", j, in.Resp, in.ErrType, in.Cause, in.End)
+			for _, r := range in.Attempts {
+				fmt.Fprintf(&b, "    rec  %+v\n", r)
+			}
+			for k, in2 := range in.Inner {
+				fmt.Fprintf(&b, "    inner chain %d.%d: resp %q err %s cause %q end %v\n", j, k, in2.Resp, in2.ErrType, in2.Cause, in2.End)
+				for _, r := range in2.Attempts {
+					fmt.Fprintf(&b, "      rec  %+v\n", r)
+				}
+			}
 		}
 	}
 	return b.String()
