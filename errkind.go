@@ -336,8 +336,10 @@ func (f *Failure) outcome() (Kind, detail) {
 }
 
 // StatusFailure describes an HTTP error response. Its Kind comes from
-// [ClassifyStatus], overridden by an "x-should-retry: true" or "false"
-// header; its RetryAfter from [ParseRetryAfter] on h. h may be nil.
+// [ClassifyStatus], overridden by an "x-should-retry" header: "true"
+// makes it [KindTransient], "false" [KindRejected] (any letter case;
+// other values are ignored). Its RetryAfter comes from [ParseRetryAfter]
+// on h. h may be nil.
 func StatusFailure(code int, h http.Header, err error) *Failure {
 	f := &Failure{Kind: ClassifyStatus(code), Status: code, Err: err}
 	if h == nil {

@@ -57,8 +57,9 @@ func (e *Exhausted) ItemRetryable() bool {
 	return len(e.Attempts) == 0
 }
 
-// ItemRetryAfter advises when the item could first run again: when every
-// backend's last attempt carried a retry-after hint, the time from now
+// ItemRetryAfter advises when the item could first run again: when the
+// last attempt of every backend that has one carried a retry-after hint
+// (a skip's counts, until the breaker half-opens), the time from now
 // until the soonest of them runs out (the earliest any backend said it
 // would take work again); 0 when a backend gave no hint or the moment has
 // passed. See [RetryItemAfter].
