@@ -44,6 +44,25 @@ type mbreaker struct {
 	open     bool
 	until    time.Duration
 	kind     llmretry.Kind
+	// opened counts the times it "went from closed or half-open to
+	// open" (BreakerState.Opened): a hint that extends a breaker still
+	// open does not count.
+	opened int
+}
+
+// state is what Breaker.State should read: "a breaker past its open
+// period is still Open until a probe answers, with Until in the past";
+// Kind is "KindUnknown when closed". No probe is in flight between calls:
+// the calls of a draw run one after another, and every attempt has
+// answered when Do returns.
+func (br *mbreaker) state() *brState {
+	if br == nil {
+		return nil
+	}
+	if !br.open {
+		return &brState{Failures: br.count, Opened: br.opened}
+	}
+	return &brState{Open: true, Until: br.until, Failures: br.count, Kind: br.kind, Opened: br.opened}
 }
 
 // mcall is the state of one call.
@@ -101,6 +120,9 @@ func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
 		mc.run(c)
 		if m.tie != "" {
 			return nil, nil, m.tie
+		}
+		for _, br := range m.top.br {
+			mc.out.Breakers = append(mc.out.Breakers, br.state())
 		}
 		end = mc.now
 		outs = append(outs, mc.out)
@@ -712,10 +734,22 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 		if c, has := capOf(p); has && d > c {
 			d = c
 		}
-		br.open, br.until, br.kind = true, now+d, k
+		br.openFor(now, d, k)
 	case br.count >= br.failures || probe:
-		br.open, br.until, br.kind = true, now+br.cooldown, k
+		br.openFor(now, br.cooldown, k)
 	}
+}
+
+// openFor opens the breaker for d from now. Only a closed or half-open
+// breaker (past its open period, waiting for a probe) opening counts in
+// Opened. AMBIGUOUS: the docs do not say whether a shorter hint shortens
+// an open period; the draws never reach that, as their calls run one at a
+// time and an attempt goes through only a closed or half-open breaker.
+func (br *mbreaker) openFor(now, d time.Duration, k llmretry.Kind) {
+	if !br.open || now >= br.until {
+		br.opened++
+	}
+	br.open, br.until, br.kind = true, now+d, k
 }
 
 // cancelled ends the call with a *Cancelled.

@@ -666,6 +666,30 @@ type propOutcome struct {
 	RetryAfterOK bool
 	End          time.Duration // when Do returned, relative to the draw's start
 	Inner        []propOutcome // what each inner chain's Do gave during the call, in order
+	// Breakers is each backend's Breaker.State() when Do returned (nil
+	// for a backend without one), for the draw's own chain only: the
+	// breakers are shared across calls, so a wrong count or period shows
+	// up here even when it changes no record of this call.
+	Breakers []*brState
+}
+
+// brState is a BreakerState as the comparison sees it: Until relative to
+// the draw's start, 0 when the zero time.
+type brState struct {
+	Open     bool
+	Until    time.Duration
+	Failures int
+	Probing  bool
+	Kind     llmretry.Kind
+	Opened   int
+}
+
+func toBrState(s llmretry.BreakerState, t0 time.Time) *brState {
+	b := &brState{Open: s.Open, Failures: s.Failures, Probing: s.Probing, Kind: s.Kind, Opened: s.Opened}
+	if !s.Until.IsZero() {
+		b.Until = s.Until.Sub(t0)
+	}
+	return b
 }
 
 func toRec(a llmretry.Attempt, t0 time.Time, l errLabels) rec {
@@ -735,6 +759,12 @@ func play(t *testing.T, d *draw) []propOutcome {
 			inner = nil
 			o := playCall(chain, c, t0, l, &hooks, &runaway)
 			o.Inner = inner
+			o.Breakers = make([]*brState, len(breakers))
+			for bi, br := range breakers {
+				if br != nil {
+					o.Breakers[bi] = toBrState(br.State(), t0)
+				}
+			}
 			outs = append(outs, o)
 		}
 	})
@@ -966,6 +996,11 @@ func fmtOutcomes(os []propOutcome) string {
 	var b strings.Builder
 	for i, o := range os {
 		fmt.Fprintf(&b, "\ncall %d: resp %q err %s cause %q retry_item %v retry_item_after %v %v end %v\n", i, o.Resp, o.ErrType, o.Cause, o.RetryItem, o.RetryAfter, o.RetryAfterOK, o.End)
+		for bi, s := range o.Breakers {
+			if s != nil {
+				fmt.Fprintf(&b, "  breaker %d %+v\n", bi, *s)
+			}
+		}
 		for _, r := range o.Hooks {
 			fmt.Fprintf(&b, "  hook %+v\n", r)
 		}
