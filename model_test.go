@@ -25,7 +25,8 @@ type model struct {
 	got      []propOutcome // only for the jittered waits Do drew (and to index them)
 	top      *mchain
 	problems []string
-	tie      string
+	tie      string // also set, to stop the model, when it runs away
+	runaway  bool   // the model made more than maxRecords records in a call
 }
 
 // mchain is the state of one chain across its calls: the draw's chain, or
@@ -118,6 +119,11 @@ func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
 			mc.obs = got[ci].Hooks
 		}
 		mc.run(c)
+		if m.runaway {
+			// A model that loops is a bug in the model, not a tie: the
+			// draw fails, with what the model predicted so far.
+			return append(outs, mc.out), m.problems, ""
+		}
 		if m.tie != "" {
 			return nil, nil, m.tie
 		}
@@ -351,8 +357,8 @@ func (mc *mcall) observed() (rec, bool) {
 
 func (mc *mcall) emit(r rec) {
 	if len(mc.out.Hooks) > maxRecords && mc.m.tie == "" {
-		mc.m.tie = "model runaway"
-		mc.m.problemf("model runaway: more than %d records", maxRecords)
+		mc.m.tie, mc.m.runaway = "model runaway", true
+		mc.m.problemf("model runaway: more than %d records in call %d", maxRecords, mc.ci)
 	}
 	mc.out.Hooks = append(mc.out.Hooks, r)
 	mc.out.Attempts = append(mc.out.Attempts, r)

@@ -440,6 +440,11 @@ func boundaryDeadline(b drawBackend) (time.Duration, bool) {
 	switch {
 	case p.Reserve > 0:
 		return used + p.Reserve, true
+	case p.Reserve < 0 && p.Waits[0] == 0:
+		// A zero wait ending at the deadline would end with the attempt
+		// itself, a tie. The nearest useful deadline is just after: the
+		// zero wait still fits, and the retry runs into the deadline.
+		return used + callerOffset, true
 	case p.Reserve < 0:
 		return used, true // the wait would end at the deadline itself
 	case 2*used < 2*llmretry.DefaultReserve && used > 0:
@@ -1012,7 +1017,10 @@ func runStep(ctx context.Context, s pstep) (string, error) {
 }
 
 func TestChainMatchesModel(t *testing.T) {
-	seeds := make([]uint64, 0, *propDraws)
+	if *propSeed == 0 && *propDraws <= 0 {
+		t.Fatalf("-draws %d: want a positive number of draws (or -seed to replay one)", *propDraws)
+	}
+	var seeds []uint64
 	if *propSeed != 0 {
 		seeds = append(seeds, *propSeed)
 	} else {
@@ -1033,7 +1041,7 @@ func TestChainMatchesModel(t *testing.T) {
 			skipped++
 			ties[strings.SplitN(tie, " at ", 2)[0]]++
 			if *propSeed != 0 {
-				t.Logf("draw %d skipped: %s", seed, tie)
+				t.Logf("draw %d skipped: %s\n%v\ngot:%s", seed, tie, d, fmtOutcomes(got))
 			}
 			continue
 		}
