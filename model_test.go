@@ -45,6 +45,7 @@ type mbreaker struct {
 	open     bool
 	until    time.Duration
 	kind     llmretry.Kind
+	probing  bool // a probe is in flight
 	// opened counts the times it "went from closed or half-open to
 	// open" (BreakerState.Opened): a hint that extends a breaker still
 	// open does not count.
@@ -423,10 +424,26 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			// Not a tie to avoid: a retry after a retry-after hint on a
 			// backend with a breaker is due exactly when the breaker
 			// half-opens, and the docs say that caller then comes back.
-			if mc.now < br.until {
-				wait := br.until - mc.now
+			if mc.now < br.until || br.probing {
+				// Half-open with a probe in flight (only an inner chain
+				// sharing its enclosing attempt's breaker sees one), the
+				// skip's RetryAfter, "the time until the breaker
+				// half-opened", is none.
+				wait := max(br.until-mc.now, 0)
 				r := base
 				r.Skipped, r.Kind, r.RetryAfter, r.Why = true, br.kind, wait, llmretry.WhyBreaker
+				if mc.nested {
+					// A nested chain "makes one attempt per backend
+					// and never waits": not for a breaker either.
+					r.Next = llmretry.NextFallOver
+					if mc.isLast(b, final, br.kind, true) {
+						r.Next = llmretry.NextStop
+					} else {
+						mc.skip(b)
+					}
+					mc.emit(r)
+					return false
+				}
 				if !mc.isLast(b, final, br.kind, true) {
 					// Skip it, and come back to it when every later
 					// backend fails for a reason about the request.
@@ -469,7 +486,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			probe = true
 		}
 
+		if br != nil {
+			br.probing = probe
+		}
 		res := mc.attempt(b)
+		if br != nil {
+			br.probing = false
+		}
 		if m.tie != "" {
 			return true
 		}
@@ -748,12 +771,16 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 
 // openFor opens the breaker for d from now. Only a closed or half-open
 // breaker (past its open period, waiting for a probe) opening counts in
-// Opened. AMBIGUOUS: the docs do not say whether a shorter hint shortens
-// an open period; the draws never reach that, as their calls run one at a
-// time and an attempt goes through only a closed or half-open breaker.
+// Opened. A breaker still open is reached only by an attempt that was in
+// flight when an inner chain sharing the breaker opened it. AMBIGUOUS:
+// the docs do not say whether a failure then shortens the open period, or
+// changes its Kind; the model takes the later end, and the Kind that goes
+// with it, as Do does.
 func (br *mbreaker) openFor(now, d time.Duration, k llmretry.Kind) {
 	if !br.open || now >= br.until {
 		br.opened++
+	} else if now+d <= br.until {
+		return
 	}
 	br.open, br.until, br.kind = true, now+d, k
 }
@@ -872,7 +899,7 @@ func (mc *mcall) attempt(b int) result {
 		stallAt = start + db.stallTimeout
 	}
 	if s.nest != nil {
-		return mc.nestAttempt(db, s.nest, timeoutAt, stallAt)
+		return mc.nestAttempt(db, mc.ch.br[b], s.nest, timeoutAt, stallAt)
 	}
 	var res result
 	ctxDone, by := false, ""
@@ -1049,7 +1076,11 @@ func (mc *mcall) refreshCancel() {
 // Kind of its last attempt, and a Cancelled, by Classify's doc, cancelled),
 // and the status, raw text and retry-after of the last inner attempt of
 // that Kind.
-func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time.Duration) result {
+//
+// With n.share, the inner chain's first backend holds br, the enclosing
+// backend's Breaker: "shared by every call and chain holding the same
+// pointer".
+func (mc *mcall) nestAttempt(db drawBackend, br *mbreaker, n *nestCfg, timeoutAt, stallAt time.Duration) result {
 	m := mc.m
 	start := mc.now
 	ends := []struct {
@@ -1063,6 +1094,9 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	}
 	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
 	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
+	if n.share {
+		in.ch.br[0] = br
+	}
 	// The mark of a backend with waits stays on the context of every
 	// chain inside it, however deep, up to a Standalone.
 	in.nested = !n.standalone && (len(db.policy.Waits) > 0 || mc.nested)
