@@ -25,7 +25,8 @@ type model struct {
 	got      []propOutcome // only for the jittered waits Do drew (and to index them)
 	top      *mchain
 	problems []string
-	tie      string
+	tie      string // also set, to stop the model, when it runs away
+	runaway  bool   // the model made more than maxRecords records in a call
 }
 
 // mchain is the state of one chain across its calls: the draw's chain, or
@@ -44,6 +45,26 @@ type mbreaker struct {
 	open     bool
 	until    time.Duration
 	kind     llmretry.Kind
+	probing  bool // a probe is in flight
+	// opened counts the times it "went from closed or half-open to
+	// open" (BreakerState.Opened): a hint that extends a breaker still
+	// open does not count.
+	opened int
+}
+
+// state is what Breaker.State should read: "a breaker past its open
+// period is still Open until a probe answers, with Until in the past";
+// Kind is "KindUnknown when closed". No probe is in flight between calls:
+// the calls of a draw run one after another, and every attempt has
+// answered when Do returns.
+func (br *mbreaker) state() *brState {
+	if br == nil {
+		return nil
+	}
+	if !br.open {
+		return &brState{Failures: br.count, Opened: br.opened}
+	}
+	return &brState{Open: true, Until: br.until, Failures: br.count, Kind: br.kind, Opened: br.opened}
 }
 
 // mcall is the state of one call.
@@ -99,8 +120,16 @@ func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
 			mc.obs = got[ci].Hooks
 		}
 		mc.run(c)
+		if m.runaway {
+			// A model that loops is a bug in the model, not a tie: the
+			// draw fails, with what the model predicted so far.
+			return append(outs, mc.out), m.problems, ""
+		}
 		if m.tie != "" {
 			return nil, nil, m.tie
+		}
+		for _, br := range m.top.br {
+			mc.out.Breakers = append(mc.out.Breakers, br.state())
 		}
 		end = mc.now
 		outs = append(outs, mc.out)
@@ -329,8 +358,8 @@ func (mc *mcall) observed() (rec, bool) {
 
 func (mc *mcall) emit(r rec) {
 	if len(mc.out.Hooks) > maxRecords && mc.m.tie == "" {
-		mc.m.tie = "model runaway"
-		mc.m.problemf("model runaway: more than %d records", maxRecords)
+		mc.m.tie, mc.m.runaway = "model runaway", true
+		mc.m.problemf("model runaway: more than %d records in call %d", maxRecords, mc.ci)
 	}
 	mc.out.Hooks = append(mc.out.Hooks, r)
 	mc.out.Attempts = append(mc.out.Attempts, r)
@@ -395,10 +424,26 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			// Not a tie to avoid: a retry after a retry-after hint on a
 			// backend with a breaker is due exactly when the breaker
 			// half-opens, and the docs say that caller then comes back.
-			if mc.now < br.until {
-				wait := br.until - mc.now
+			if mc.now < br.until || br.probing {
+				// Half-open with a probe in flight (only an inner chain
+				// sharing its enclosing attempt's breaker sees one), the
+				// skip's RetryAfter, "the time until the breaker
+				// half-opened", is none.
+				wait := max(br.until-mc.now, 0)
 				r := base
 				r.Skipped, r.Kind, r.RetryAfter, r.Why = true, br.kind, wait, llmretry.WhyBreaker
+				if mc.nested {
+					// A nested chain "makes one attempt per backend
+					// and never waits": not for a breaker either.
+					r.Next = llmretry.NextFallOver
+					if mc.isLast(b, final, br.kind, true) {
+						r.Next = llmretry.NextStop
+					} else {
+						mc.skip(b)
+					}
+					mc.emit(r)
+					return false
+				}
 				if !mc.isLast(b, final, br.kind, true) {
 					// Skip it, and come back to it when every later
 					// backend fails for a reason about the request.
@@ -441,7 +486,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			probe = true
 		}
 
+		if br != nil {
+			br.probing = probe
+		}
 		res := mc.attempt(b)
+		if br != nil {
+			br.probing = false
+		}
 		if m.tie != "" {
 			return true
 		}
@@ -712,10 +763,26 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 		if c, has := capOf(p); has && d > c {
 			d = c
 		}
-		br.open, br.until, br.kind = true, now+d, k
+		br.openFor(now, d, k)
 	case br.count >= br.failures || probe:
-		br.open, br.until, br.kind = true, now+br.cooldown, k
+		br.openFor(now, br.cooldown, k)
 	}
+}
+
+// openFor opens the breaker for d from now. Only a closed or half-open
+// breaker (past its open period, waiting for a probe) opening counts in
+// Opened. A breaker still open is reached only by an attempt that was in
+// flight when an inner chain sharing the breaker opened it. AMBIGUOUS:
+// the docs do not say whether a failure then shortens the open period, or
+// changes its Kind; the model takes the later end, and the Kind that goes
+// with it, as Do does.
+func (br *mbreaker) openFor(now, d time.Duration, k llmretry.Kind) {
+	if !br.open || now >= br.until {
+		br.opened++
+	} else if now+d <= br.until {
+		return
+	}
+	br.open, br.until, br.kind = true, now+d, k
 }
 
 // cancelled ends the call with a *Cancelled.
@@ -832,7 +899,7 @@ func (mc *mcall) attempt(b int) result {
 		stallAt = start + db.stallTimeout
 	}
 	if s.nest != nil {
-		return mc.nestAttempt(db, s.nest, timeoutAt, stallAt)
+		return mc.nestAttempt(db, mc.ch.br[b], s.nest, timeoutAt, stallAt)
 	}
 	var res result
 	ctxDone, by := false, ""
@@ -1009,7 +1076,11 @@ func (mc *mcall) refreshCancel() {
 // Kind of its last attempt, and a Cancelled, by Classify's doc, cancelled),
 // and the status, raw text and retry-after of the last inner attempt of
 // that Kind.
-func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time.Duration) result {
+//
+// With n.share, the inner chain's first backend holds br, the enclosing
+// backend's Breaker: "shared by every call and chain holding the same
+// pointer".
+func (mc *mcall) nestAttempt(db drawBackend, br *mbreaker, n *nestCfg, timeoutAt, stallAt time.Duration) result {
 	m := mc.m
 	start := mc.now
 	ends := []struct {
@@ -1023,6 +1094,9 @@ func (mc *mcall) nestAttempt(db drawBackend, n *nestCfg, timeoutAt, stallAt time
 	}
 	in := &mcall{m: m, ci: mc.ci, start: start, depth: mc.depth + 1}
 	in.ch = &mchain{backends: n.backends, next: make([]int, len(n.backends)), br: make([]*mbreaker, len(n.backends)), maxRaw: n.maxRaw}
+	if n.share {
+		in.ch.br[0] = br
+	}
 	// The mark of a backend with waits stays on the context of every
 	// chain inside it, however deep, up to a Standalone.
 	in.nested = !n.standalone && (len(db.policy.Waits) > 0 || mc.nested)
