@@ -39,11 +39,16 @@ const DefaultCooldown = 30 * time.Second
 //     passes the checks a retry-after hint passes (MaxWait, and the
 //     deadline less the reserve); otherwise it stops.
 //   - Half-open, after the open period, one call at a time goes through as
-//     a probe while others skip or wait. Any outcome but a transient or
-//     timeout failure closes the breaker, a refusal of the request
-//     included (the backend is up); a transient or timeout failure opens
-//     it again for Cooldown, or until its own retry-after. Among waiting calls, the one whose Do began first gets
-//     the probe, so outcomes do not depend on goroutine scheduling.
+//     a probe while others skip or wait. A transient or timeout failure
+//     opens it again for Cooldown, or until its own retry-after. An
+//     outcome that says nothing about the backend (the caller's cancel or
+//     deadline, a panic, a Call reporting its own withdrawal) leaves it
+//     half-open, and the next call probes. Any other outcome closes it, a
+//     refusal of the request included: the backend is up. Among waiting
+//     calls, the one whose Do began first gets the probe, so outcomes do
+//     not depend on goroutine scheduling.
+//   - An answer from an attempt sent before the breaker opened closes it
+//     too, open or half-open: the backend has just answered.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s

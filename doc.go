@@ -103,19 +103,20 @@
 // shared by every call and chain holding the same pointer:
 //
 //	state       calls                                      leaves it when
-//	closed      go through                                 Failures consecutive transient or timeout failures, or any retry-after hint: open
-//	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open
-//	            "breaker"); a call with no backend left
+//	closed      go through                                 Failures consecutive transient or timeout failures, or one carrying a retry-after hint: open
+//	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open;
+//	            "breaker"); a call with no backend left    an answer to an attempt sent before it opened: closed
 //	            waits, as it would for a retry-after
 //	half-open   one probe goes through, the waiting call   the probe's transient or timeout failure: open again;
-//	            that began first; the others skip or wait  any other outcome (the backend is up): closed
+//	            that began first; the others skip or wait  the caller's cancel or deadline, a panic: still half-open;
+//	                                                       any other outcome (the backend is up): closed
 //
 // A call that skipped a backend comes back to it when every backend after
 // it failed for a reason about the request (truncated, rejected, parse,
 // unknown); a backend skipped too does not count against it. A backend
 // whose retry was put off, because its breaker would still be open when
-// the wait ended, is come back to in the same way, and its failure counts
-// against those skipped before it. The backends to come back to are
+// the wait ended, is come back to in the same way; when it failed for the
+// backend's health, it rules out coming back to those skipped before it. The backends to come back to are
 // chosen once, when the call has been through the whole chain and the
 // last backend failed for a reason about the request (a last backend
 // skipped is waited for, or ends the call). The call comes back to them
