@@ -176,6 +176,9 @@ func (mc *mcall) run(c drawCall) {
 		mc.hasDead = true
 		mc.deadAt = mc.start + c.deadline
 	}
+	// A cancel and a deadline at the same instant race: either may end
+	// the call first, and the draw cannot say which.
+	m.apart(mc.cancelAt, mc.deadAt, "the caller's cancel and deadline")
 	mc.play()
 }
 
