@@ -451,17 +451,36 @@ func heapWatch() (stop func() uint64) {
 	}
 }
 
+// hostileHeapBound is how far the heap may grow while Do runs against a
+// hostile server. What may legitimately be live: the Call's 1 MiB read
+// and its 1 MiB string, the record's 64 KiB, one 32 KiB block on the
+// server, the transport's buffers; and garbage up to the collector's goal,
+// about twice that. 64 MiB is far above all of it and sixteen times below
+// a 1 GiB body: whoever held such a body would cross it many times over.
+const hostileHeapBound = 64 << 20
+
+// timedHeap runs c on q as timed does, and fails the test if the heap
+// grew by more than hostileHeapBound while it ran.
+func timedHeap(t *testing.T, c *llmretry.Chain[hostileReq, string], q hostileReq) (time.Duration, error) {
+	t.Helper()
+	runtime.GC()
+	base := heapNow()
+	stop := heapWatch()
+	_, took, err := timed(c, q)
+	peak := stop()
+	grew := int64(peak) - int64(base)
+	t.Logf("Do took %v; heap: baseline %d KiB, peak %d KiB, grew %d KiB", took, base>>10, peak>>10, grew>>10)
+	if grew > hostileHeapBound {
+		t.Errorf("the heap grew by %d MiB while Do ran, want under %d MiB", grew>>20, hostileHeapBound>>20)
+	}
+	return took, err
+}
+
 // A 1 GiB answer, as JSON or as one stream line: the Call stops at its
 // bound with a parse failure, the record keeps 64 KiB of it with the cut
 // marked, and the heap never holds the gigabyte, on the server's side or
 // the client's.
 func TestHostileHugeBody(t *testing.T) {
-	// What may legitimately be live: the Call's 1 MiB read and its 1 MiB
-	// string, the record's 64 KiB, one 32 KiB block on the server, the
-	// transport's buffers; and garbage up to the collector's goal, about
-	// twice that. 64 MiB is far above all of it and sixteen times below
-	// the body: whoever held the body would cross it many times over.
-	const heapBound = 64 << 20
 	const size = 1 << 30
 	for _, stream := range []bool{false, true} {
 		t.Run("stream_"+strconv.FormatBool(stream), func(t *testing.T) {
@@ -469,16 +488,7 @@ func TestHostileHugeBody(t *testing.T) {
 			r.srv.Script("m", llmretrytest.HugeBody(size))
 			c := r.chain(llmretry.Backend[hostileReq, string]{Timeout: 10 * time.Second})
 
-			runtime.GC()
-			base := heapNow()
-			stop := heapWatch()
-			_, took, err := timed(c, hostileReq{model: "m", stream: stream})
-			peak := stop()
-			grew := int64(peak) - int64(base)
-			t.Logf("Do took %v; heap: baseline %d KiB, peak %d KiB, grew %d KiB", took, base>>10, peak>>10, grew>>10)
-			if grew > heapBound {
-				t.Errorf("the heap grew by %d MiB while Do ran, want under %d MiB", grew>>20, heapBound>>20)
-			}
+			took, err := timedHeap(t, c, hostileReq{model: "m", stream: stream})
 
 			got := records(t, err)
 			if len(got) != 1 || got[0].Kind != llmretry.KindParse {
@@ -550,8 +560,7 @@ func TestHostileNeverFinishes(t *testing.T) {
 			r := newHostileRig(t, false)
 			r.srv.Script("m", tc.step)
 			c := r.chain(llmretry.Backend[hostileReq, string]{Timeout: tc.timeout, StallTimeout: tc.stall})
-			_, took, err := timed(c, hostileReq{model: "m", stream: tc.stream})
-			t.Logf("Do took %v", took)
+			took, err := timedHeap(t, c, hostileReq{model: "m", stream: tc.stream})
 			got := records(t, err)
 			if len(got) != 1 || got[0].Kind != tc.want || got[0].Delivered {
 				t.Fatalf("attempts = %v, want one %v that delivered nothing", got, tc.want)
@@ -597,8 +606,8 @@ func TestHostileBlackhole(t *testing.T) {
 	const pad = 256 << 20
 	r := newHostileRig(t, true)
 	c := r.chain(llmretry.Backend[hostileReq, string]{Timeout: limit})
-	_, took, err := timed(c, hostileReq{model: "m", pad: pad})
-	t.Logf("Do took %v; the client sent %d KiB of its %d MiB body", took, r.sent.Load()>>10, pad>>20)
+	took, err := timedHeap(t, c, hostileReq{model: "m", pad: pad})
+	t.Logf("the client sent %d KiB of its %d MiB body", r.sent.Load()>>10, pad>>20)
 	got := records(t, err)
 	if len(got) != 1 || got[0].Kind != llmretry.KindTimeout {
 		t.Fatalf("attempts = %v, want one timeout", got)
