@@ -1133,7 +1133,14 @@ func (mc *mcall) nestAttempt(db drawBackend, br *mbreaker, n *nestCfg, timeoutAt
 		ce = minDur(ce, e.at)
 	}
 	// The inner chain returns at an end of its context only because of it
-	// (its own tie checks cover a return there for any other reason).
+	// (its own tie checks cover a return there for any other reason). Its
+	// checks see only the earliest end, though: a Call inside that
+	// ignores its context may return at a later one, which then races it.
+	for _, e := range ends {
+		if e.at > ce {
+			m.apart(res.ret, e.at, "an inner chain's return and a later end of its context")
+		}
+	}
 	ctxDone := ce <= res.ret
 	switch {
 	case mc.cancelAt <= res.ret && mc.cancelAt < mc.deadAt:
