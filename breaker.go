@@ -47,7 +47,7 @@ const DefaultCooldown = 30 * time.Second
 //     refusal of the request included: the backend is up. Among waiting
 //     calls, the one whose Do began first gets the probe, so outcomes do
 //     not depend on goroutine scheduling.
-//   - An answer from an attempt sent before the breaker opened closes it
+//   - A success of an attempt sent before the breaker opened closes it
 //     too, open or half-open: the backend has just answered.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5

@@ -105,10 +105,10 @@
 //	state       calls                                      leaves it when
 //	closed      go through                                 Failures consecutive transient or timeout failures, or one carrying a retry-after hint: open
 //	open        skip the backend (a Skipped record, why    the open period (Cooldown, or the hint) ends: half-open;
-//	            "breaker"); a call with no backend left    an answer to an attempt sent before it opened: closed
+//	            "breaker"); a call with no backend left    a success of an attempt sent before it opened: closed
 //	            waits, as it would for a retry-after
 //	half-open   one probe goes through, the waiting call   the probe's transient or timeout failure: open again;
-//	            that began first; the others skip or wait  the caller's cancel or deadline, a panic: still half-open;
+//	            that began first; the others skip or wait  the caller's cancel or deadline, a panic, a withdrawal the Call reports: still half-open;
 //	                                                       any other outcome (the backend is up): closed
 //
 // A call that skipped a backend comes back to it when every backend after

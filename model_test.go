@@ -752,8 +752,8 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 		return
 	}
 	if k != llmretry.KindTransient && k != llmretry.KindTimeout {
-		// SETTLED: "Any answer closes the breaker, even one that
-		// refuses or fumbles the request" (Breaker).
+		// SETTLED: of a probe's outcomes, "any other outcome closes it,
+		// a refusal of the request included: the backend is up" (Breaker).
 		if probe {
 			br.open, br.count = false, 0
 		}
