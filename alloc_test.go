@@ -43,7 +43,7 @@ func TestDoFailureAllocations(t *testing.T) {
 			maxAllocs: 3 + 2, // three attempts, and two records
 		},
 		{
-			name: "fallover",
+			name: "failover",
 			backends: func(c *counter) []backend {
 				return []backend{
 					{Model: "a", Call: failing(c, 1, rejected), Retry: zeroWaits},

@@ -44,7 +44,7 @@ type Next string
 
 const (
 	NextRetry    Next = "retry"     // sent the request to the same backend again, after RetryIn
-	NextFallOver Next = "fall_over" // went on to the next backend
+	NextFailOver Next = "fail_over" // went on to the next backend
 	NextStop     Next = "stop"      // Do returned
 )
 
@@ -95,8 +95,8 @@ func (a Attempt) String() string {
 		} else {
 			b.WriteString(" (retrying in " + a.RetryIn.String() + ")")
 		}
-	case NextFallOver:
-		b.WriteString(" (falling over: " + string(a.Why) + ")")
+	case NextFailOver:
+		b.WriteString(" (failing over: " + string(a.Why) + ")")
 	case NextStop:
 		b.WriteString(" (stopping: " + string(a.Why) + ")")
 	}

@@ -209,7 +209,7 @@ func TestBreakerClosedPassesCalls(t *testing.T) {
 
 // Consecutive transient or timeout failures, one per Do call, open the
 // breaker after Failures of them; the next call skips the backend without
-// sending and falls over, its record saying so.
+// sending and fails over, its record saying so.
 func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 	const hour = time.Hour // a desk latency that the backend's Timeout cuts short
 	tests := []struct {
@@ -277,7 +277,7 @@ func TestBreakerOpensAfterConsecutiveFailures(t *testing.T) {
 				}
 				attempts, _ := rec.seen()
 				wantRecs := []llmretry.Attempt{
-					skipRec(0, "a", 1, tc.wantKind, now, lastEnd.Add(tc.cooldown).Sub(now), llmretry.NextFallOver, llmretry.WhyBreaker),
+					skipRec(0, "a", 1, tc.wantKind, now, lastEnd.Add(tc.cooldown).Sub(now), llmretry.NextFailOver, llmretry.WhyBreaker),
 					okRec(1, "b", 1, now, 0),
 				}
 				if diff := cmp.Diff(wantRecs, attempts[len(before):], attemptOpts); diff != "" {
@@ -411,7 +411,7 @@ func TestBreakerRetryAfterOpensForEveryCaller(t *testing.T) {
 		}
 		attempts, _ := rec2.seen()
 		wantRecs := []llmretry.Attempt{
-			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(5*sec), 15*sec, llmretry.NextFallOver, llmretry.WhyBreaker),
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(5*sec), 15*sec, llmretry.NextFailOver, llmretry.WhyBreaker),
 			okRec(1, "c", 1, start.Add(5*sec), 0),
 			okRec(0, "a", 1, start.Add(20*sec), 0),
 		}
@@ -436,8 +436,8 @@ func TestBreakerRetryAfterCappedByMaxWait(t *testing.T) {
 		wantWhy   llmretry.Why
 		wantIn    time.Duration
 	}{
-		{name: "max_wait", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}, hintSecs: 60, wantUntil: 10 * sec, wantNext: llmretry.NextFallOver, wantWhy: llmretry.WhyMaxWait},
-		{name: "default_max_wait", policy: waits(sec), hintSecs: 600, wantUntil: llmretry.DefaultMaxWait, wantNext: llmretry.NextFallOver, wantWhy: llmretry.WhyMaxWait},
+		{name: "max_wait", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}, hintSecs: 60, wantUntil: 10 * sec, wantNext: llmretry.NextFailOver, wantWhy: llmretry.WhyMaxWait},
+		{name: "default_max_wait", policy: waits(sec), hintSecs: 600, wantUntil: llmretry.DefaultMaxWait, wantNext: llmretry.NextFailOver, wantWhy: llmretry.WhyMaxWait},
 		{name: "no_cap", policy: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: -1}, hintSecs: 3600, wantUntil: time.Hour, wantNext: llmretry.NextRetry, wantIn: time.Hour},
 	}
 	for _, tc := range tests {
@@ -476,7 +476,7 @@ func TestBreakerRetryAfterCappedByMaxWait(t *testing.T) {
 	}
 }
 
-// A skip encodes as the issue shows it: "skipped": true, fall_over,
+// A skip encodes as the issue shows it: "skipped": true, fail_over,
 // breaker, the Kind that opened it, no status and zero elapsed.
 func TestBreakerSkipRecordRenders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -497,13 +497,13 @@ func TestBreakerSkipRecordRenders(t *testing.T) {
 		delete(got, "start")
 		want := map[string]any{
 			"backend": 0.0, "model": "a", "try": 1.0, "kind": "transient", "status": 0.0,
-			"elapsed_ms": 0.0, "retry_after_ms": 20000.0, "next": "fall_over", "why": "breaker",
+			"elapsed_ms": 0.0, "retry_after_ms": 20000.0, "next": "fail_over", "why": "breaker",
 			"retry_in_ms": 0.0, "delivered": false, "skipped": true,
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("skip record JSON (-want +got):\n%s", diff)
 		}
-		if got, want := skip.String(), "[backend 0 a try 1] skipped: breaker open after transient failures (falling over: breaker)"; got != want {
+		if got, want := skip.String(), "[backend 0 a try 1] skipped: breaker open after transient failures (failing over: breaker)"; got != want {
 			t.Errorf("String() = %q, want %q", got, want)
 		}
 	})
@@ -688,7 +688,7 @@ func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
 			return llmretry.Attempt{Backend: bi, Model: model, Try: 1, Kind: kind, Status: status, Err: err, RawText: raw, Start: start.Add(at), Elapsed: 3 * sec, Next: next, Why: why}
 		}
 	}
-	const fo, stop = llmretry.NextFallOver, llmretry.NextStop
+	const fo, stop = llmretry.NextFailOver, llmretry.NextStop
 	tests := []struct {
 		name     string
 		later    []error // the replies of the backends after the primary, each taking 3s
@@ -901,7 +901,7 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 		}
 		// Half-open already: RetryAfter is zero.
 		wantY := []llmretry.Attempt{
-			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(31*sec), 0, llmretry.NextFallOver, llmretry.WhyBreaker),
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(31*sec), 0, llmretry.NextFailOver, llmretry.WhyBreaker),
 			okRec(1, "b", 1, start.Add(31*sec), 0),
 		}
 		if diff := cmp.Diff(wantY, ys, attemptOpts); diff != "" {
@@ -1217,7 +1217,7 @@ func TestBreakerRetryItemAfter(t *testing.T) {
 		two := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brA}, {Model: "b", Call: b.Call, Breaker: brB}}}
 		_, errTwo := two.Do(ctx, "hi")
 		wantTwo := []llmretry.Attempt{
-			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(15*sec), 15*sec, llmretry.NextFallOver, llmretry.WhyBreaker),
+			skipRec(0, "a", 1, llmretry.KindTransient, start.Add(15*sec), 15*sec, llmretry.NextFailOver, llmretry.WhyBreaker),
 			skipRec(1, "b", 1, llmretry.KindTransient, start.Add(15*sec), 5*sec, llmretry.NextStop, llmretry.WhyBreaker),
 		}
 		if diff := cmp.Diff(wantTwo, exhausted(t, errTwo), attemptOpts); diff != "" {
@@ -1353,7 +1353,7 @@ func TestBreakerRecordsMatchOnAttempt(t *testing.T) {
 		// Skipped, revisited after b truncates, and the probe fails.
 		{name: "revisit_probe_fails", br: &llmretry.Breaker{}, a: []error{busy("still down")}, b: trunc, n: 3},
 		// a's own failures open it between tries: rather than wait only to
-		// skip, it falls over at once (why "breaker"), is revisited after b
+		// skip, it fails over at once (why "breaker"), is revisited after b
 		// truncates, and retried while probes fail until the waits run out.
 		{name: "opened_between_tries", br: &llmretry.Breaker{Failures: 2}, policy: waits(sec, sec), a: []error{busy("1"), busy("2"), busy("3")}, b: trunc, n: 4}, // the come-back is a's third and last try
 		// Cancelled during the policy's wait after a failure that opened

@@ -130,7 +130,7 @@ type Backend[Req, Resp any] struct {
 }
 
 // Chain runs its backends in order: it retries within a backend after
-// timed waits and falls over to the next backend when one gives up. A
+// timed waits and fails over to the next backend when one gives up. A
 // Chain is immutable once built and safe for concurrent Do calls; each
 // call's state stays its own. The zero Chain has no backends, and its Do
 // returns an [ErrConfig] error.
@@ -297,7 +297,7 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		if r.attempts[len(r.attempts)-1].Next == NextStop {
 			return zero, r.stopped()
 		}
-		r.fellOver(bi)
+		r.failedOver(bi)
 	}
 	// Not reached: the last backend's last record always says stop.
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
@@ -388,8 +388,8 @@ func (r *run[Req, Resp]) sent(bi int) int {
 // unwell, rather than that it refused or fumbled this request.
 func aboutHealth(k Kind) bool { return k == KindTransient || k == KindTimeout }
 
-// fellOver moves the plan past backend bi, which the call gave up on.
-func (r *run[Req, Resp]) fellOver(bi int) {
+// failedOver moves the plan past backend bi, which the call gave up on.
+func (r *run[Req, Resp]) failedOver(bi int) {
 	switch a := &r.attempts[len(r.attempts)-1]; {
 	case a.Why == WhyBreaker:
 		// Skipped, or left because its breaker would still be open when
@@ -406,7 +406,7 @@ func (r *run[Req, Resp]) fellOver(bi int) {
 		r.deferred = nil
 	}
 	if r.pos == r.planned()-1 && len(r.deferred) > 0 {
-		// The last record said fall_over: last() promised a second pass.
+		// The last record said fail_over: last() promised a second pass.
 		r.revisit, r.deferred, r.revisited = r.deferred, nil, true
 	}
 }
@@ -489,7 +489,7 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 // admit asks backend b's breaker whether try number try may be sent, and
 // reports whether the attempt is the breaker's half-open probe. While the
 // breaker is open it records a skipped attempt and reports false: the call
-// falls over, or, when b is the last backend it can try, waits for the
+// fails over, or, when b is the last backend it can try, waits for the
 // breaker for as long as a retry-after hint could hold it, and stops when
 // that is not enough.
 func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
@@ -508,7 +508,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bo
 			return v.probe, true
 		}
 		if last := r.pos == r.planned()-1; !last || r.nested {
-			// Fall over; a nested chain never waits: its skip's
+			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
 			r.skip(b, bi, try, now, v, giveUp(WhyBreaker, last), WhyBreaker)
 			return false, false
@@ -672,7 +672,7 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) ti
 		w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at)
 		if why == "" && !r.last(a.Kind) && b.Breaker.openPast(end.at.Add(w)) {
 			// The breaker will still be open when the wait ends: the retry
-			// would only skip, so fall over now rather than after the wait.
+			// would only skip, so fail over now rather than after the wait.
 			why = WhyBreaker
 		}
 		if why == "" {
@@ -690,7 +690,7 @@ func giveUp(why Why, last bool) Next {
 	case last, why == WhyCancelled, why == WhyDeadline, why == WhyDelivered:
 		return NextStop
 	}
-	return NextFallOver
+	return NextFailOver
 }
 
 // nextWait returns the wait before the retry that follows failed try

@@ -205,7 +205,7 @@ func TestDoZeroPolicyOneAttemptPerBackend(t *testing.T) {
 				_, err := c.Do(ctx, "hi")
 				attempts := exhausted(t, err)
 				want := []llmretry.Attempt{
-					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errA, Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
+					{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errA, Next: llmretry.NextFailOver, Why: llmretry.WhyWaitsUsed},
 					{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: errB, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 				}
 				if diff := cmp.Diff(want, attempts, attemptOpts, ignoreTimes); diff != "" {
@@ -225,7 +225,7 @@ func TestDoZeroPolicyOneAttemptPerBackend(t *testing.T) {
 	}
 }
 
-// TestDoRetriesOnlyRetryableKinds covers contract test 3 (a 400 falls over at
+// TestDoRetriesOnlyRetryableKinds covers contract test 3 (a 400 fails over at
 // once) and the rest of the kind table.
 func TestDoRetriesOnlyRetryableKinds(t *testing.T) {
 	tests := []struct {
@@ -1156,7 +1156,7 @@ func TestDoPerAttemptTimeout(t *testing.T) {
 	}
 }
 
-func TestDoTruncationFallsOverAndWins(t *testing.T) {
+func TestDoTruncationFailsOverAndWins(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cut := llmretry.Truncation("partial answer")
 		empty := &llmretry.Failure{Kind: llmretry.KindParse, RawText: ptr(""), Err: errors.New("empty body")}
@@ -1179,8 +1179,8 @@ func TestDoTruncationFallsOverAndWins(t *testing.T) {
 			t.Errorf("RetryItem(*Truncated) = true, want false")
 		}
 		want := []llmretry.Attempt{
-			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTruncated, Err: cut, RawText: ptr("partial answer"), Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
-			{Backend: 1, Model: "unknown", Try: 1, Kind: llmretry.KindParse, Err: empty, RawText: ptr(""), Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
+			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTruncated, Err: cut, RawText: ptr("partial answer"), Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
+			{Backend: 1, Model: "unknown", Try: 1, Kind: llmretry.KindParse, Err: empty, RawText: ptr(""), Next: llmretry.NextFailOver, Why: llmretry.WhyWaitsUsed},
 			{Backend: 2, Model: "d", Try: 1, Kind: llmretry.KindTransient, Status: 500, Err: wrapped, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 		}
 		if diff := cmp.Diff(want, tr.Attempts, attemptOpts, ignoreTimes); diff != "" {

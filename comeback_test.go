@@ -67,10 +67,10 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 		},
 		want: "c",
 		steps: []visit{
-			{"a", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
-			{"b", 1, false, llmretry.NextFallOver, llmretry.WhyWaitsUsed},
-			{"c", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
-			{"d", 1, false, llmretry.NextFallOver, llmretry.WhyNotRetryable},
+			{"a", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyWaitsUsed},
+			{"c", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"d", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
 			{"c", 1, false, "", ""},
 		},
 	}, {
@@ -89,9 +89,9 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 		},
 		want: "b",
 		steps: []visit{
-			{"a", 1, true, llmretry.NextFallOver, llmretry.WhyBreaker},
-			{"b", 1, false, llmretry.NextFallOver, llmretry.WhyBreaker},
-			{"c", 1, false, llmretry.NextFallOver, llmretry.WhyNotRetryable},
+			{"a", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"c", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
 			{"b", 2, false, "", ""},
 		},
 	}}

@@ -1,7 +1,7 @@
 package llmretry
 
 // Completion is a chat model's answer in a form every provider can fill,
-// so that one Chain can fall over from one provider to another. The
+// so that one Chain can fail over from one provider to another. The
 // adapters under contrib/ return it; a backend of your own may too.
 type Completion struct {
 	Model        string // the model that answered, as the provider named it

@@ -1,6 +1,6 @@
 // Package llmretry provides a fallback chain for calls to LLM providers
 // that survives outages: it sends a failed request again after a sensible
-// wait, falls over to the next model when one gives up, and, when
+// wait, fails over to the next model when one gives up, and, when
 // everything fails, returns one typed error that says what happened,
 // attempt by attempt, with the model's raw output kept, and whether
 // re-running the item could ever help.
@@ -40,12 +40,12 @@
 // Each failed attempt has a [Kind], which decides what the chain does next:
 //
 //	Kind        retried in its backend   then
-//	transient   yes                      falls over when its retries end
-//	timeout     yes                      falls over when its retries end
-//	parse       yes                      falls over when its retries end
-//	truncated   no                       falls over at once
-//	rejected    no                       falls over at once
-//	unknown     no                       falls over at once
+//	transient   yes                      fails over when its retries end
+//	timeout     yes                      fails over when its retries end
+//	parse       yes                      fails over when its retries end
+//	truncated   no                       fails over at once
+//	rejected    no                       fails over at once
+//	unknown     no                       fails over at once
 //	cancelled   no                       ends the chain at once
 //
 // An attempt ended by the caller's context is cancelled or timeout whatever
@@ -70,7 +70,7 @@
 // (60s), but never more than half of the time the context had left when Do
 // began: a 30s deadline reserves 15s, a 2s one 1s, a 10-minute one 60s.
 // Every wait, listed or repeated, is checked before it starts, and one that
-// fails the check ends the backend's retries (the chain falls over, or
+// fails the check ends the backend's retries (the chain fails over, or
 // ends) rather than sleeping into the deadline. Retries ended that way give
 // an [*Exhausted], not a [*TimedOut]: no attempt ran out of time. A
 // retry-after hint longer than Policy.MaxWait also ends the backend's
@@ -82,7 +82,7 @@
 // its Call alone. OnAttempt runs after the chain has decided what follows
 // an attempt; the wait, if any, is checked again and started after the
 // hook returns, from one reading of the clock, so a slow hook can turn a
-// retry into a fall-over (the record then says why: "reserve"), but never
+// retry into a fail-over (the record then says why: "reserve"), but never
 // into a sleep past the deadline.
 //
 // Backend.Timeout bounds each attempt as a whole. Backend.StallTimeout
@@ -98,7 +98,7 @@
 // # Breakers
 //
 // A Chain learns nothing across calls by itself: in a hard-down outage every
-// call spends its own retries on the dead backend before falling over. A
+// call spends its own retries on the dead backend before failing over. A
 // [Breaker] on a backend ([Backend.Breaker]) is that backend's health,
 // shared by every call and chain holding the same pointer:
 //
@@ -137,7 +137,7 @@
 //
 //	Next        meaning                                        Why
 //	retry       sent again to the same backend after RetryIn   (none)
-//	fall_over   went on to the next backend                    not_retryable, waits_used, reserve, max_wait, nested, breaker
+//	fail_over   went on to the next backend                    not_retryable, waits_used, reserve, max_wait, nested, breaker
 //	stop        Do returned                                    any of those for the last backend, or
 //	                                                           delivered, deadline, cancelled
 //
@@ -253,7 +253,7 @@
 //
 // A backend that streams calls [Delivered] with its context on every chunk
 // it hands to the caller. A failure after the first is never sent again and
-// never falls over, since the caller already holds part of an answer: Do
+// never fails over, since the caller already holds part of an answer: Do
 // returns the typed error at once, with the attempt's Delivered set. A
 // stream that fails before its first chunk is retried like any request.
 // Each Delivered also restarts the backend's StallTimeout.

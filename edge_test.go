@@ -114,7 +114,7 @@ func durations(ds []time.Duration) string {
 }
 
 // A backend that returns a nil *Failure (a typed nil) does not panic the
-// chain: the attempt is unknown and falls over.
+// chain: the attempt is unknown and fails over.
 func TestDoTypedNilFailure(t *testing.T) {
 	var nilFailure *llmretry.Failure
 	c := &chain{Backends: []backend{

@@ -15,13 +15,13 @@ import (
 )
 
 // Kind says how an attempt failed, and so what the chain does next: try
-// the same backend again, fall over to the next one, or stop. The zero
+// the same backend again, fail over to the next one, or stop. The zero
 // Kind is [KindUnknown].
 type Kind uint8
 
 const (
 	// KindUnknown is an error nothing recognised. It is not retried in its
-	// backend; the chain falls over to the next one.
+	// backend; the chain fails over to the next one.
 	KindUnknown Kind = iota
 	// KindTransient is a failure that may pass: HTTP 408, 425, 429 or 5xx,
 	// a refused, reset or aborted connection, a broken pipe, a failed dial,
@@ -33,13 +33,13 @@ const (
 	KindTimeout
 	// KindTruncated is a model that stopped at its completion budget
 	// (finish_reason "length"). The same request to the same backend would
-	// stop at the same place, so it falls over.
+	// stop at the same place, so it fails over.
 	KindTruncated
 	// KindParse is a model that answered with output that could not be
 	// used. Sampling differs between tries, so it is retried.
 	KindParse
 	// KindRejected is any other 4xx: this backend would answer the same
-	// again, so the chain falls over.
+	// again, so the chain fails over.
 	KindRejected
 	// KindCancelled is the caller withdrawing. It ends the chain at once
 	// with a [Cancelled].
@@ -194,7 +194,7 @@ func classifyOther(err error) Kind {
 	if errors.As(err, &op) && op.Op == "dial" {
 		return KindTransient
 	}
-	return KindUnknown // conservatively: an unknown error falls over rather than hammering
+	return KindUnknown // conservatively: an unknown error fails over rather than hammering
 }
 
 // netTimeout reports whether any net.Error in err's tree says Timeout.
@@ -288,7 +288,7 @@ func allDigits(s string) bool {
 // or as a literal. Wrapping a Failure with %w keeps it visible to the
 // chain.
 type Failure struct {
-	Kind       Kind          // how it failed; decides retry and fall-over
+	Kind       Kind          // how it failed; decides retry and fail-over
 	Status     int           // HTTP status, 0 if none
 	RetryAfter time.Duration // the server's hint, 0 if none
 	RawText    *string       // the model's output; nil when there is none worth keeping

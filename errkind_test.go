@@ -246,7 +246,7 @@ func TestStatusFailure(t *testing.T) {
 		h.Set("X-Should-Retry", "false")
 		got := llmretry.StatusFailure(503, h, nil)
 		if got.Kind.Retryable() || got.Kind == llmretry.KindCancelled || got.Status != 503 {
-			t.Errorf("StatusFailure(503, x-should-retry: false) = Kind %v, Status %d, want a Kind that falls over, Status 503", got.Kind, got.Status)
+			t.Errorf("StatusFailure(503, x-should-retry: false) = Kind %v, Status %d, want a Kind that fails over, Status 503", got.Kind, got.Status)
 		}
 	})
 }

@@ -54,7 +54,7 @@ func ExampleBreaker_State() {
 	// primary: closed, 2 consecutive failures
 	// secondary: question 3 <nil>
 	// primary: open after 3 transient failures, half-opens in 30s
-	//   [backend 0 primary try 1] skipped: breaker open after transient failures (falling over: breaker)
+	//   [backend 0 primary try 1] skipped: breaker open after transient failures (failing over: breaker)
 	// secondary: question 4 <nil>
 	// primary: open after 3 transient failures, half-opens in 30s
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // A provider that is down answers 503 twice; the chain retries it, then
-// falls over to a second model, which answers.
+// fails over to a second model, which answers.
 func Example_fallback() {
 	primary := func(ctx context.Context, prompt string) (string, error) {
 		return "", llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("upstream connect error"))
@@ -34,7 +34,7 @@ func Example_fallback() {
 	fmt.Println(answer, err)
 	// Output:
 	// [backend 0 gpt-4o try 1] http 503: upstream connect error (retrying in 1ms)
-	// [backend 0 gpt-4o try 2] http 503: upstream connect error (falling over: waits_used)
+	// [backend 0 gpt-4o try 2] http 503: upstream connect error (failing over: waits_used)
 	// [backend 1 claude-sonnet try 1] ok
 	// echo: hello <nil>
 }
@@ -168,7 +168,7 @@ func ExampleExhausted_MarshalJSON() {
 	err := llmretry.Exhaust([]llmretry.Attempt{
 		{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindRejected, Status: 400,
 			Err: llmretry.StatusFailure(400, nil, tooLong), Start: start, Elapsed: 180 * time.Millisecond,
-			Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+			Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
 		{Backend: 1, Model: "claude-sonnet", Try: 1, Kind: llmretry.KindRejected, Status: 400,
 			Err: llmretry.StatusFailure(400, nil, errors.New("prompt is too long")), Start: start.Add(180 * time.Millisecond), Elapsed: 95 * time.Millisecond,
 			Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable},
@@ -181,7 +181,7 @@ func ExampleExhausted_MarshalJSON() {
 	// {
 	//   "outcome": "exhausted",
 	//   "item_retryable": false,
-	//   "error": "llmretry: exhausted after 2 attempts on 2 backends: every backend rejected this request; change the request, since running it again will not help\n\t[backend 0 gpt-4o try 1] http 400: context_length_exceeded: maximum context length is 128000 tokens (falling over: not_retryable)\n\t[backend 1 claude-sonnet try 1] http 400: prompt is too long (stopping: not_retryable)",
+	//   "error": "llmretry: exhausted after 2 attempts on 2 backends: every backend rejected this request; change the request, since running it again will not help\n\t[backend 0 gpt-4o try 1] http 400: context_length_exceeded: maximum context length is 128000 tokens (failing over: not_retryable)\n\t[backend 1 claude-sonnet try 1] http 400: prompt is too long (stopping: not_retryable)",
 	//   "attempts": [
 	//     {
 	//       "backend": 0,
@@ -192,7 +192,7 @@ func ExampleExhausted_MarshalJSON() {
 	//       "error": "http 400: context_length_exceeded: maximum context length is 128000 tokens",
 	//       "start": "2026-11-30T09:00:00Z",
 	//       "elapsed_ms": 180,
-	//       "next": "fall_over",
+	//       "next": "fail_over",
 	//       "why": "not_retryable",
 	//       "retry_in_ms": 0,
 	//       "delivered": false

@@ -22,7 +22,7 @@ const statusSecret = "sk-proj-Fuzz0Secret1Planted2InTheURL3"
 // StatusFailure through a Chain, in virtual time: the record keeps the
 // Failure's Kind, status and hint; the chain retries after the longer of
 // its wait and the hint, ends the backend's retries on a hint past
-// MaxWait, falls over at once on a Kind it does not retry; and no record,
+// MaxWait, fails over at once on a Kind it does not retry; and no record,
 // error text or JSON carries the key planted in the URL.
 func FuzzStatusFailure(f *testing.F) {
 	f.Add(429, "", "1e18", "", "", "rate limited")

@@ -301,15 +301,15 @@ func FuzzAttemptJSON(f *testing.F) {
 	f.Add([]byte(`{"kind":"kind(255)","elapsed_ms":1e300}`),
 		0, 1, 0, uint8(255), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false)
 	f.Add([]byte(`{"elapsed_ms":-0,"retry_in_ms":0.0000005,"retry_after_ms":1E-7,"kind":"parse"}`),
-		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fall_over", "not_retryable", true, true)
+		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fail_over", "not_retryable", true, true)
 	f.Add([]byte(`{"error":"Bearer abc sk-Zq81Lw02Xe93Rt64Yu75","start":"0000-01-01T00:00:00+00:01","next":"stop","why":"deadline"}`),
 		0, 1, 429, uint8(6), "m", "Authorization: Bearer abc", "", true, false, int64(math.MaxInt64), int16(1439), int64(999999), int64(1), int64(1), "stop", "cancelled", false, true)
 	// A Kind a custom Classify returned, outside the constants.
 	f.Add([]byte(`{"kind":"kind(200)","error":""}`),
 		0, 1, 0, uint8(200), "m", "", "", true, false, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "", false, false)
 	// A record of a failure with no error, which still keeps its Kind.
-	f.Add([]byte(`{"kind":"rejected","next":"fall_over","why":"not_retryable"}`),
-		0, 1, 400, uint8(5), "m", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "fall_over", "not_retryable", false, false)
+	f.Add([]byte(`{"kind":"rejected","next":"fail_over","why":"not_retryable"}`),
+		0, 1, 400, uint8(5), "m", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "fail_over", "not_retryable", false, false)
 	f.Add([]byte(`{"elapsed_ms":9223372036854.7758075}`),
 		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false)
 	f.Add([]byte(`{"start":null,"kind":null,"error":null,"elapsed_ms":null,"model":"\ud800"}`),
@@ -416,7 +416,7 @@ func (r *fuzzBytes) int64() int64 {
 }
 
 var (
-	fuzzNexts = []llmretry.Next{"", llmretry.NextRetry, llmretry.NextFallOver, llmretry.NextStop, "odd"}
+	fuzzNexts = []llmretry.Next{"", llmretry.NextRetry, llmretry.NextFailOver, llmretry.NextStop, "odd"}
 	fuzzWhys  = []llmretry.Why{"", llmretry.WhyNotRetryable, llmretry.WhyWaitsUsed, llmretry.WhyReserve,
 		llmretry.WhyMaxWait, llmretry.WhyDelivered, llmretry.WhyDeadline, llmretry.WhyCancelled,
 		llmretry.WhyNested, llmretry.WhyBreaker}

@@ -438,7 +438,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				if mc.nested {
 					// A nested chain "makes one attempt per backend
 					// and never waits": not for a breaker either.
-					r.Next = llmretry.NextFallOver
+					r.Next = llmretry.NextFailOver
 					if mc.isLast(b, final, br.kind, true) {
 						r.Next = llmretry.NextStop
 					} else {
@@ -450,7 +450,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				if !mc.isLast(b, final, br.kind, true) {
 					// Skip it, and come back to it when every later
 					// backend fails for a reason about the request.
-					r.Next = llmretry.NextFallOver
+					r.Next = llmretry.NextFailOver
 					mc.emit(r)
 					mc.skip(b)
 					return false
@@ -554,13 +554,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		giveUp := func(why llmretry.Why) bool {
 			r.Why = why
 			if why == llmretry.WhyBreaker {
-				// Falling over because the breaker would still be
+				// Failing over because the breaker would still be
 				// open when the wait ended is a skip of the retry:
 				// the call comes back as it does to a skipped one.
 				mc.skip(b)
 				last = mc.isLast(b, final, r.Kind, true)
 			}
-			r.Next = llmretry.NextFallOver
+			r.Next = llmretry.NextFailOver
 			if last {
 				r.Next = llmretry.NextStop
 			}
@@ -606,7 +606,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			if !mc.fits(p, in) {
 				return llmretry.WhyReserve
 			}
-			// Only a backend the call can fall over from gives up
+			// Only a backend the call can fail over from gives up
 			// when its breaker would still be open after the wait; the
 			// last one waits, and then waits for the breaker as a
 			// skip.
@@ -651,7 +651,7 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		}
 		if mc.cancelAt > mc.now && !mc.fits(p, in) {
 			a := &mc.out.Attempts[len(mc.out.Attempts)-1]
-			a.Why, a.RetryIn, a.Next = llmretry.WhyReserve, 0, llmretry.NextFallOver
+			a.Why, a.RetryIn, a.Next = llmretry.WhyReserve, 0, llmretry.NextFailOver
 			if last {
 				a.Next = llmretry.NextStop
 				mc.exhaust()

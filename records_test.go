@@ -50,7 +50,7 @@ func TestDoRecordsSayNextAndWhy(t *testing.T) {
 	const s = time.Second
 	var (
 		retry = llmretry.NextRetry
-		over  = llmretry.NextFallOver
+		over  = llmretry.NextFailOver
 		stop  = llmretry.NextStop
 	)
 	h := http.Header{}
@@ -185,7 +185,7 @@ func TestDoNestedRecordsSayNested(t *testing.T) {
 			t.Errorf("outer records (-want +got):\n%s", diff)
 		}
 		for i, at := range attempts {
-			want := []step{{llmretry.NextFallOver, llmretry.WhyNested, 0}, {llmretry.NextStop, llmretry.WhyNested, 0}}
+			want := []step{{llmretry.NextFailOver, llmretry.WhyNested, 0}, {llmretry.NextStop, llmretry.WhyNested, 0}}
 			if diff := cmp.Diff(want, stepsOf(exhausted(t, at.Err))); diff != "" {
 				t.Errorf("inner records of outer attempt %d (-want +got):\n%s", i, diff)
 			}
@@ -211,9 +211,9 @@ func TestAttemptStringSaysWhatFollowed(t *testing.T) {
 			want: "[backend 0 gpt-4o try 1] http 503: busy (retrying at once)",
 		},
 		{
-			name: "falling_over",
-			a:    llmretry.Attempt{Model: "gpt-4o", Try: 2, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), Next: llmretry.NextFallOver, Why: llmretry.WhyReserve},
-			want: "[backend 0 gpt-4o try 2] http 503: busy (falling over: reserve)",
+			name: "failing_over",
+			a:    llmretry.Attempt{Model: "gpt-4o", Try: 2, Kind: llmretry.KindTransient, Status: 503, Err: busy("busy"), Next: llmretry.NextFailOver, Why: llmretry.WhyReserve},
+			want: "[backend 0 gpt-4o try 2] http 503: busy (failing over: reserve)",
 		},
 		{
 			name: "stopping",
@@ -303,9 +303,9 @@ func TestAttemptJSONNextWhy(t *testing.T) {
 			},
 		},
 		{
-			name: "fall_over_reserve",
-			a:    llmretry.Attempt{Model: "a", Try: 3, Kind: llmretry.KindTransient, Status: 503, Err: errors.New("busy"), Start: start, Next: llmretry.NextFallOver, Why: llmretry.WhyReserve},
-			want: map[string]any{"retry_after_ms": absent{}, "next": "fall_over", "why": "reserve"},
+			name: "fail_over_reserve",
+			a:    llmretry.Attempt{Model: "a", Try: 3, Kind: llmretry.KindTransient, Status: 503, Err: errors.New("busy"), Start: start, Next: llmretry.NextFailOver, Why: llmretry.WhyReserve},
+			want: map[string]any{"retry_after_ms": absent{}, "next": "fail_over", "why": "reserve"},
 		},
 		{
 			name: "stop_max_wait_keeps_hint",

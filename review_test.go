@@ -310,7 +310,7 @@ func TestSummaryIndentsInnerAttemptsThroughFailure(t *testing.T) {
 	_, err := outer.Do(context.Background(), "hi")
 	want := "llmretry: exhausted after 1 attempt on 1 backend: every backend failed; add a backend or widen the retry waits" +
 		"\n\t[backend 0 outer try 1] transient: llmretry: exhausted after 2 attempts on 2 backends: every backend failed; add a backend or widen the retry waits (stopping: waits_used)" +
-		"\n\t\t[backend 0 i1 try 1] http 503: inner down (falling over: waits_used)" +
+		"\n\t\t[backend 0 i1 try 1] http 503: inner down (failing over: waits_used)" +
 		"\n\t\t[backend 1 i2 try 1] http 503: inner down (stopping: waits_used)"
 	if err == nil || err.Error() != want {
 		t.Errorf("Do() error =\n%v\nwant\n%s", err, want)
@@ -318,10 +318,10 @@ func TestSummaryIndentsInnerAttemptsThroughFailure(t *testing.T) {
 }
 
 // When the breaker will still be open when the retry's wait ends, the
-// retry would only skip: the call falls over at once, at the attempt's
+// retry would only skip: the call fails over at once, at the attempt's
 // end, and comes back to the backend when the later one fails for a
 // reason about the request.
-func TestFallOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
+func TestFailOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
 		down := busy("down")
@@ -341,8 +341,8 @@ func TestFallOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 			t.Fatalf("Do() = %q, %v, want %q, nil", resp, err, "a: hi")
 		}
 		want := []llmretry.Attempt{
-			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: down, Start: start, Elapsed: sec, Next: llmretry.NextFallOver, Why: llmretry.WhyBreaker},
-			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(sec), Elapsed: sec, Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: down, Start: start, Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyBreaker},
+			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(sec), Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
 			okRec(0, "a", 2, start.Add(11*sec), sec), // a's retry, put off until its breaker half-opened
 		}
 		attempts, at := rec.seen()
@@ -389,7 +389,7 @@ func TestRevisitHappensOnce(t *testing.T) {
 		if !errors.As(err, &tr) {
 			t.Fatalf("Do() error = %v (%T), want a *Truncated", err, err)
 		}
-		const fo, stop = llmretry.NextFallOver, llmretry.NextStop
+		const fo, stop = llmretry.NextFailOver, llmretry.NextStop
 		at1 := start.Add(sec)
 		want := []llmretry.Attempt{
 			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
@@ -440,7 +440,7 @@ func TestBreakerSkipsAloneAreExhausted(t *testing.T) {
 		defer cancel()
 		_, err := c.Do(ctx, "hi")
 		want := []llmretry.Attempt{
-			skipRec(0, "a", 1, llmretry.KindTimeout, start, 30*sec, llmretry.NextFallOver, llmretry.WhyBreaker),
+			skipRec(0, "a", 1, llmretry.KindTimeout, start, 30*sec, llmretry.NextFailOver, llmretry.WhyBreaker),
 			skipRec(1, "b", 1, llmretry.KindTimeout, start, 30*sec, llmretry.NextStop, llmretry.WhyBreaker),
 		}
 		checkPlain := func(what string, err error) {

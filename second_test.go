@@ -303,8 +303,8 @@ func TestDoHookTimeNotChargedToAttempts(t *testing.T) {
 		want   []time.Duration // Start of each attempt, from Do's start
 	}{
 		// 50ms call, 2s hook, then the wait.
-		{name: "zero_wait_then_fall_over", policy: waits(0), want: []time.Duration{0, 2050 * ms, 4100 * ms}},
-		{name: "timed_wait_then_fall_over", policy: waits(100 * ms), want: []time.Duration{0, 2150 * ms, 4200 * ms}},
+		{name: "zero_wait_then_fail_over", policy: waits(0), want: []time.Duration{0, 2050 * ms, 4100 * ms}},
+		{name: "timed_wait_then_fail_over", policy: waits(100 * ms), want: []time.Duration{0, 2150 * ms, 4200 * ms}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

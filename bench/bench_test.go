@@ -24,7 +24,7 @@ import (
 )
 
 // The failures every library sees, allocated once: a 503 is retried in its
-// backend, a 400 is not and falls over to the next backend. The peers get
+// backend, a 400 is not and fails over to the next backend. The peers get
 // these same values, wrapped once (never per call) where their idiom asks
 // for a marker.
 var (
@@ -502,10 +502,10 @@ func BenchmarkTwoFailures(b *testing.B) {
 	}.run(b)
 }
 
-// BenchmarkFallover: three backends, each with a retry policy; the first
+// BenchmarkFailover: three backends, each with a retry policy; the first
 // two fail once with an error that is not retried there, the third
 // answers.
-func BenchmarkFallover(b *testing.B) {
+func BenchmarkFailover(b *testing.B) {
 	overheadCase{
 		backends: []backendSpec{
 			{fails: always, retryable: false},
@@ -707,7 +707,7 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-// The overhead cases (FirstTry, TwoFailures, Fallover, Exhausted) wait zero
+// The overhead cases (FirstTry, TwoFailures, Failover, Exhausted) wait zero
 // between tries, so the figures are bookkeeping rather than sleeping, and
 // llmretry starts no timer for a zero wait while every peer starts one per
 // retry. The two

@@ -21,7 +21,7 @@
 //     v4 and v5) bind each request's per call, the cheapest way each API
 //     allows.
 //   - TwoFailures: one backend fails twice, then answers.
-//   - Fallover: three backends; the first two fail once each with an error
+//   - Failover: three backends; the first two fail once each with an error
 //     that is not retryable there, the third answers.
 //   - Exhausted: three backends of three tries each, all failing.
 //   - TwoFailuresWaiting, ExhaustedWaiting: the same work with a 1ns wait,

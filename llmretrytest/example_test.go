@@ -14,7 +14,7 @@ import (
 )
 
 // A scripted provider behind a chain: the primary model answers 503 and
-// then 429, so the chain retries it once and falls over to the second
+// then 429, so the chain retries it once and fails over to the second
 // model, which answers. The server's log shows what the provider saw.
 func Example() {
 	srv := llmretrytest.NewServer()
@@ -40,7 +40,7 @@ func Example() {
 	}
 	// Output:
 	// [backend 0 gpt-4o try 1] http 503: The server is overloaded or not ready yet. (retrying in 1ms)
-	// [backend 0 gpt-4o try 2] http 429: Rate limit reached for requests. (falling over: waits_used)
+	// [backend 0 gpt-4o try 2] http 429: Rate limit reached for requests. (failing over: waits_used)
 	// [backend 1 gpt-4o-mini try 1] ok
 	// Paris is the capital of France. <nil>
 	// openai gpt-4o 1 status 503

@@ -130,10 +130,10 @@ func providerIndex(model string) int {
 	return 1
 }
 
-// fallOver is the plain loop over the two backends for libraries that
+// failOver is the plain loop over the two backends for libraries that
 // have no fallback of their own: the secondary is tried when the primary
 // gave up and the caller is still waiting.
-func fallOver(try func(ctx context.Context, b, id int) (int, error)) doFunc {
+func failOver(try func(ctx context.Context, b, id int) (int, error)) doFunc {
 	return func(ctx context.Context, id int) (int, error) {
 		by, err := try(ctx, 0, id)
 		if err == nil || ctx.Err() != nil {
@@ -308,7 +308,7 @@ func buildFailsafe(breakers bool) func(e *Env) doFunc {
 func buildBackoff(maxTries bool) func(e *Env) doFunc {
 	return func(e *Env) doFunc {
 		clients := [2]*http.Client{e.client(0, attemptTimeout), e.client(1, attemptTimeout)}
-		return fallOver(func(ctx context.Context, b, id int) (int, error) {
+		return failOver(func(ctx context.Context, b, id int) (int, error) {
 			bo := &backoff.ExponentialBackOff{InitialInterval: firstWait, Multiplier: 2, MaxInterval: lastWait}
 			opts := []backoff.RetryOption{backoff.WithBackOff(bo)}
 			if maxTries {
@@ -373,7 +373,7 @@ func buildRetryGo(e *Env) doFunc {
 		}
 		return retrygo.BackOffDelay(n, err, config)
 	}
-	return fallOver(func(ctx context.Context, b, id int) (int, error) {
+	return failOver(func(ctx context.Context, b, id int) (int, error) {
 		ctx, cancel := e.primaryContext(ctx, b)
 		defer cancel()
 		resp, err := retrygo.DoWithData(func() (*http.Response, error) {
@@ -418,7 +418,7 @@ func buildRetryGo(e *Env) doFunc {
 // client's 30 s Timeout bounds each attempt and a plain loop falls back.
 func buildGoRetry(e *Env) doFunc {
 	clients := [2]*http.Client{e.client(0, attemptTimeout), e.client(1, attemptTimeout)}
-	return fallOver(func(ctx context.Context, b, id int) (int, error) {
+	return failOver(func(ctx context.Context, b, id int) (int, error) {
 		bo := goretry.WithMaxRetries(retries, goretry.NewExponential(firstWait))
 		if b == 0 && e.deadline {
 			bo = goretry.WithMaxDuration(primaryBudget, bo)
@@ -469,7 +469,7 @@ func buildOpenAI(e *Env) doFunc {
 	}
 	//lint:ignore SA1019 the SDK's jitter comes from the global source; seeding it is the only way to repeat a run
 	mathrand.Seed(int64(e.seed))
-	return fallOver(func(ctx context.Context, b, id int) (int, error) {
+	return failOver(func(ctx context.Context, b, id int) (int, error) {
 		ctx, cancel := e.primaryContext(ctx, b)
 		defer cancel()
 		comp, err := clients[b].Chat.Completions.New(ctx, openai.ChatCompletionNewParams{

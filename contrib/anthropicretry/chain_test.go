@@ -303,7 +303,7 @@ func TestRetryAfterMsHonoured(t *testing.T) {
 	}
 }
 
-func TestRetryAfterBeyondMaxWaitFallsOver(t *testing.T) {
+func TestRetryAfterBeyondMaxWaitFailsOver(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -351,7 +351,7 @@ func TestOverloadedRetried(t *testing.T) {
 	}
 }
 
-func TestContextLengthFallsOverAtOnce(t *testing.T) {
+func TestContextLengthFailsOverAtOnce(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
@@ -691,7 +691,7 @@ func TestBrokenResponses(t *testing.T) {
 		// JSON that ends early reads as a cut body (an unexpected EOF).
 		{"json_malformed", false, llmretrytest.Malformed(), []string{"claude-a transient", "claude-a ok"}},
 		// An event that does not decode is nothing the chain knows: it
-		// falls over rather than hammering a provider that speaks another
+		// fails over rather than hammering a provider that speaks another
 		// API.
 		{"stream_malformed", true, llmretrytest.Malformed(), []string{"claude-a unknown", "claude-b ok"}},
 	}

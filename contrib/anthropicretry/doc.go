@@ -1,6 +1,6 @@
 // Package anthropicretry provides [llmretry] Backends for the official Go
 // SDK of Anthropic's Messages API (github.com/anthropics/anthropic-sdk-go),
-// so that a Chain can retry Claude models, fall over between them, and fall
+// so that a Chain can retry Claude models, fail over between them, and fall
 // over to and from other providers' models, all answering with a
 // [llmretry.Completion]:
 //
@@ -48,12 +48,12 @@
 // URL secrets redacted; errors.As still finds the *anthropic.Error
 // beneath it. 429, 5xx and 529 (overloaded) are
 // transient and retried; other 4xx, among them a prompt too long for the
-// model, are rejected and fall over at once. An error event inside a
+// model, are rejected and fail over at once. An error event inside a
 // stream that began with 200 is recorded with the status its type stands
 // for (529 for overloaded_error). Dropped and refused connections are left
 // to [llmretry.Classify], which calls them transient.
 //
-// An answer cut off at max_tokens is a truncation, which falls over at
+// An answer cut off at max_tokens is a truncation, which fails over at
 // once and ends the chain with a *llmretry.Truncated whose records keep the
 // partial text. An answer with neither text nor tool use is a parse
 // failure, retried because another sample may differ.

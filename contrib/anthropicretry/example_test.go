@@ -13,7 +13,7 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// A chain that retries an overloaded model and then falls over to a
+// A chain that retries an overloaded model and then fails over to a
 // smaller one, streaming its answer. The scripted server stands in for the
 // API; a real client is anthropic.NewClient().
 func Example() {

@@ -48,7 +48,7 @@ func Example_acrossProviders() {
 	// requests to OpenAI: 2 to Anthropic: 1
 }
 
-// A chain from OpenAI to Anthropic falls over across providers, with one
+// A chain from OpenAI to Anthropic fails over across providers, with one
 // request per attempt and the records matching each server's log: OpenAI's
 // quota refusal is not retried, Anthropic's 529 is, and its stream answers.
 func TestChainAcrossProviders(t *testing.T) {
@@ -91,7 +91,7 @@ func TestChainAcrossProviders(t *testing.T) {
 		got = append(got, rec{a.Model, a.Kind.String(), string(a.Next), a.Status})
 	}
 	want := []rec{
-		{"gpt-4o", "rejected", "fall_over", 429},
+		{"gpt-4o", "rejected", "fail_over", 429},
 		{"claude-sonnet-4-5", "transient", "retry", 529},
 		{"claude-sonnet-4-5", "unknown", "", 0}, // the answer
 	}

@@ -296,13 +296,13 @@ func TestRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Do() error = %v, want nil", err)
 			}
-			// Only a wait of 30 s could take this long; the fall-over is at once.
+			// Only a wait of 30 s could take this long; the fail-over is at once.
 			if took := time.Since(start); took > 10*time.Second {
-				t.Errorf("Do() took %v, want a fall-over without the 30s wait", took)
+				t.Errorf("Do() took %v, want a fail-over without the 30s wait", took)
 			}
 			want := []row{
 				{Model: "gpt-a", Try: 1, Step: "status 429", Kind: llmretry.KindTransient, Status: 429,
-					RetryAfter: 30 * time.Second, Next: llmretry.NextFallOver, Why: llmretry.WhyMaxWait},
+					RetryAfter: 30 * time.Second, Next: llmretry.NextFailOver, Why: llmretry.WhyMaxWait},
 				answered(m, "gpt-b", 1),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
@@ -357,10 +357,10 @@ func TestTransientRetried(t *testing.T) {
 	}
 }
 
-// TestRejectedFallsOver checks that an exhausted quota and a prompt too
+// TestRejectedFailsOver checks that an exhausted quota and a prompt too
 // long for the model are not retried, and that the chain advises against
 // re-running an item that every backend refused.
-func TestRejectedFallsOver(t *testing.T) {
+func TestRejectedFailsOver(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		t.Run(m.String()+"/everywhere", func(t *testing.T) {
@@ -377,7 +377,7 @@ func TestRejectedFallsOver(t *testing.T) {
 			_, attempts, err := run(t, a, b)
 			want := []row{
 				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429,
-					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+					Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
 				{Model: "gpt-b", Try: 1, Step: "status 400 context_length_exceeded", Kind: llmretry.KindRejected, Status: 400,
 					Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable},
 			}
@@ -412,7 +412,7 @@ func TestRejectedFallsOver(t *testing.T) {
 			_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
 			want := []row{
 				{Model: "gpt-a", Try: 1, Step: "status 429 insufficient_quota", Kind: llmretry.KindRejected, Status: 429,
-					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+					Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
 				{Model: "gpt-b", Try: 1, Step: "status 503", Kind: llmretry.KindTransient, Status: 503,
 					Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed},
 			}
@@ -446,7 +446,7 @@ func TestTruncation(t *testing.T) {
 			_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
 			want := []row{
 				{Model: "gpt-a", Try: 1, Step: "truncated", Kind: llmretry.KindTruncated, Raw: text("The sky is"),
-					Next: llmretry.NextFallOver, Why: llmretry.WhyNotRetryable},
+					Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
 				answered(m, "gpt-b", 1),
 			}
 			if len(attempts) > 0 {
@@ -730,7 +730,7 @@ func TestOneRequestPerAttempt(t *testing.T) {
 }
 
 // TestConnectionRefused checks that a provider that is down is transient:
-// retried, then fallen over from.
+// retried, then failed over from.
 func TestConnectionRefused(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
@@ -751,7 +751,7 @@ func TestConnectionRefused(t *testing.T) {
 			}
 			want := []row{
 				{Model: "gpt-a", Try: 1, Step: "down", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
-				{Model: "gpt-a", Try: 2, Kind: llmretry.KindTransient, Next: llmretry.NextFallOver, Why: llmretry.WhyWaitsUsed},
+				{Model: "gpt-a", Try: 2, Kind: llmretry.KindTransient, Next: llmretry.NextFailOver, Why: llmretry.WhyWaitsUsed},
 				answered(m, "gpt-b", 1),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, down, up)); diff != "" {

@@ -1,6 +1,6 @@
 // Package openairetry provides [llmretry] backends for OpenAI's Chat
 // Completions API, called through the official openai-go SDK, so that a
-// [llmretry.Chain] can retry OpenAI and fall over to another provider:
+// [llmretry.Chain] can retry OpenAI and fail over to another provider:
 //
 //	client := openai.NewClient()
 //	build := func(q string) openai.ChatCompletionNewParams {

@@ -98,7 +98,7 @@
 //     any hint longer than it.
 //   - Give each backend a Timeout well under JobTimeout minus the
 //     reserve, so that one hung request cannot use up the run and leave
-//     no time to fall over. A run that does reach JobTimeout ends as
+//     no time to fail over. A run that does reach JobTimeout ends as
 //     [*llmretry.TimedOut], which River retries.
 //
 // With JobTimeout -1 (no deadline), the chain makes exactly the waits its

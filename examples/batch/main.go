@@ -121,7 +121,7 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 				Retry: llmretry.Policy{
 					Waits: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond},
 					// The outage's retry-after 2 is longer than this, so
-					// the chain falls over at once instead of holding
+					// the chain fails over at once instead of holding
 					// the item's slot for two seconds.
 					MaxWait: time.Second,
 				},

@@ -4,7 +4,7 @@
 // Two scripted providers (llmretrytest servers on 127.0.0.1) stand in for
 // the real ones: an OpenAI-compatible primary that answers 503, 503, 429
 // with retry-after 1 and then goes down, and an Anthropic-compatible
-// secondary. The chain retries the primary, falls over to the secondary,
+// secondary. The chain retries the primary, fails over to the secondary,
 // and, when the secondary's answer is cut off at its token budget, to the
 // same model with a larger budget. The program prints every attempt as a
 // row of a timeline, then the answer.
@@ -83,7 +83,7 @@ func run(w io.Writer) error {
 					// Jitter 0.2, so that many clients do not retry in
 					// step. The context below has no deadline, so this
 					// list is the bound: after the fifth failure the
-					// chain falls over.
+					// chain fails over.
 					Waits: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 200 * time.Millisecond},
 					// A server's retry-after replaces a shorter wait. One
 					// longer than this ends the backend's retries instead
@@ -139,7 +139,7 @@ func run(w io.Writer) error {
 	)
 
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "== Part 1: the primary has an outage (503, 503, 429 with retry-after: 1, then down); the chain falls over")
+	fmt.Fprintln(w, "== Part 1: the primary has an outage (503, 503, 429 with retry-after: 1, then down); the chain fails over")
 	tl.begin()
 	got, err := chain.Do(context.Background(), prompt)
 	if err != nil {
@@ -235,7 +235,7 @@ func (t *timeline) row(_ context.Context, a llmretry.Attempt) {
 	switch a.Next {
 	case llmretry.NextRetry:
 		next, wait = "retry", a.RetryIn.String()
-	case llmretry.NextFallOver, llmretry.NextStop:
+	case llmretry.NextFailOver, llmretry.NextStop:
 		next = string(a.Next) + "/" + string(a.Why)
 	}
 	if a.Err != nil {
@@ -283,7 +283,7 @@ func openAIChat(url, model string, maxTokens int) func(context.Context, string) 
 		decodeErr := json.Unmarshal(body, &out)
 		if resp.StatusCode >= 400 {
 			// StatusFailure classifies the status (429 and 5xx retried,
-			// other 4xx fall over) and reads retry-after.
+			// other 4xx fail over) and reads retry-after.
 			return llmretry.Completion{}, llmretry.StatusFailure(resp.StatusCode, resp.Header, errors.New(message(out.Error.Message, resp)))
 		}
 		if decodeErr != nil || len(out.Choices) == 0 {

@@ -37,7 +37,7 @@ func main() {
 				Call:  primary,
 				// Two retries after 10ms and 30ms. The context has no
 				// deadline, so the list is the bound: after the third
-				// failure the chain falls over to the next model. (Under a
+				// failure the chain fails over to the next model. (Under a
 				// deadline the last wait would repeat while Reserve fits.)
 				Retry:   llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 30 * time.Millisecond}},
 				Timeout: 30 * time.Second,
