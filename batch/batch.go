@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"strconv"
 	"sync"
 	"time"
 
@@ -180,27 +179,30 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 
 // begin checks the runner's settings and returns one batch's state.
 func (r *Runner[Req, Resp]) begin() (*state[Req, Resp], error) {
+	// The errors wrap llmretry.ErrConfig, which advises RetryItem false
+	// by itself: a runner set up wrong fails the same way on every run.
 	switch {
 	case r.Chain == nil:
-		return nil, &configError{"batch: chain is nil"}
+		return nil, fmt.Errorf("llmretry: batch: chain is nil: %w", llmretry.ErrConfig)
 	case r.Dead == nil:
-		return nil, &configError{"batch: dead-letter sink is nil"}
+		return nil, fmt.Errorf("llmretry: batch: dead-letter sink is nil: %w", llmretry.ErrConfig)
 	case r.Concurrency < 0:
-		return nil, &configError{"batch: concurrency " + strconv.Itoa(r.Concurrency) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: concurrency %d is negative: %w", r.Concurrency, llmretry.ErrConfig)
 	case r.Pending < 0:
-		return nil, &configError{"batch: pending " + strconv.Itoa(r.Pending) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: pending %d is negative: %w", r.Pending, llmretry.ErrConfig)
 	case r.Runs < 0:
-		return nil, &configError{"batch: runs " + strconv.Itoa(r.Runs) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: runs %d is negative: %w", r.Runs, llmretry.ErrConfig)
 	}
 	for i, w := range r.Waits {
 		if w < 0 {
-			return nil, &configError{"batch: wait " + strconv.Itoa(i+1) + " is negative"}
+			return nil, fmt.Errorf("llmretry: batch: wait %d is negative: %w", i+1, llmretry.ErrConfig)
 		}
 	}
 	// Without this check every item would end as a dead letter carrying
-	// the same configuration error.
+	// the same configuration error. The chain's error names the backend
+	// and wraps ErrConfig already.
 	if err := r.Chain.Validate(); err != nil {
-		return nil, &configError{"batch: " + err.Error()}
+		return nil, err
 	}
 	b := &state[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
 	if b.concurrency == 0 {
@@ -318,7 +320,7 @@ func (b *state[Req, Resp]) dead(item Item[Req], runs int, err error) error {
 	b.counts.Dead++
 	b.progress()
 	if putErr != nil {
-		return fmt.Errorf("batch: dead letter of item %q not stored: %w", item.ID, putErr)
+		return fmt.Errorf("llmretry: batch: dead letter of item %q not stored: %w", item.ID, putErr)
 	}
 	return nil
 }
@@ -348,15 +350,7 @@ func (b *state[Req, Resp]) progress() {
 func stoppedErr(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
 	if cause == nil || cause == err {
-		return fmt.Errorf("batch: stopped: %w", err)
+		return fmt.Errorf("llmretry: batch: stopped: %w", err)
 	}
-	return fmt.Errorf("batch: stopped: %w: %w", err, cause)
+	return fmt.Errorf("llmretry: batch: stopped: %w: %w", err, cause)
 }
-
-// configError is a Runner set up wrong. Like the chain's own, it wraps
-// llmretry.ErrConfig and advises against running anything again.
-type configError struct{ msg string }
-
-func (e *configError) Error() string       { return e.msg }
-func (e *configError) Unwrap() error       { return llmretry.ErrConfig }
-func (e *configError) ItemRetryable() bool { return false }

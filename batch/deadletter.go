@@ -82,13 +82,13 @@ type jsonLines struct {
 func (j *jsonLines) Put(d DeadLetter) error {
 	line, err := json.Marshal(d)
 	if err != nil {
-		return fmt.Errorf("batch: encoding dead letter of item %q: %w", d.ID, err)
+		return fmt.Errorf("llmretry: batch: encoding dead letter of item %q: %w", d.ID, err)
 	}
 	line = append(line, '\n')
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if _, err := j.w.Write(line); err != nil {
-		return fmt.Errorf("batch: writing dead letter of item %q: %w", d.ID, err)
+		return fmt.Errorf("llmretry: batch: writing dead letter of item %q: %w", d.ID, err)
 	}
 	return nil
 }

@@ -161,7 +161,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("no space le
 
 func TestJSONLinesWriteError(t *testing.T) {
 	err := batch.JSONLines(failWriter{}).Put(batch.DeadLetter{ID: "a"})
-	if want := `batch: writing dead letter of item "a": no space left on device`; err == nil || err.Error() != want {
+	if want := `llmretry: batch: writing dead letter of item "a": no space left on device`; err == nil || err.Error() != want {
 		t.Errorf("Put() = %v, want %q", err, want)
 	}
 }

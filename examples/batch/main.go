@@ -68,7 +68,7 @@ func main() {
 	fi, err := os.Stdout.Stat()
 	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
 	if _, err := run(ctx, os.Stdout, terminal); err != nil {
-		fmt.Fprintln(os.Stderr, err) // the runner's errors name their package, "batch: "
+		fmt.Fprintln(os.Stderr, err) // the runner's errors say where they come from, "llmretry: batch: "
 		os.Exit(1)
 	}
 }
