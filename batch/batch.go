@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"slices"
 	"sync"
 	"time"
 
@@ -238,7 +239,14 @@ type state[Req, Resp any] struct {
 // run takes one item through its runs and ends it; the error is a Sink's.
 // The caller has taken a concurrency slot for the first run.
 func (b *state[Req, Resp]) run(item Item[Req]) error {
-	var err error // the last run's
+	var (
+		err     error   // the last run's
+		earlier []error // the runs' before it that a dead letter keeps
+		omitted int     // the runs' left out of earlier
+	)
+	dead := func(why Why, runs int) error {
+		return b.dead(DeadLetter{ID: item.ID, Why: why, Runs: runs, Err: err, Earlier: earlier, Omitted: omitted})
+	}
 	for runs := 1; ; runs++ {
 		if runs > 1 && !b.acquire() {
 			return b.notRun(item, err)
@@ -252,13 +260,19 @@ func (b *state[Req, Resp]) run(item Item[Req]) error {
 		case !llmretry.RetryItem(err):
 			// Before the context check: the item's verdict is in, and a
 			// re-run would fail the same way whenever it came.
-			return b.dead(item, runs, err)
+			return dead(WhyNotRetryable, runs)
 		case b.ctx.Err() != nil:
 			// The failure may be the cancellation's doing, so it says
 			// nothing about the item.
 			return b.notRun(item, err)
 		case runs >= b.runs:
-			return b.dead(item, runs, err)
+			return dead(WhyRunsUsed, runs)
+		}
+		earlier = append(earlier, err)
+		if len(earlier) == KeptRuns {
+			// Room for the last run's: drop the oldest but the first.
+			earlier = slices.Delete(earlier, 1, 2)
+			omitted++
 		}
 		wait, ok := llmretry.RetryItemAfter(err)
 		if !ok {
@@ -312,15 +326,16 @@ func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 	return nil
 }
 
-// dead ends item as a dead letter. A failing Sink's error stops the batch.
-func (b *state[Req, Resp]) dead(item Item[Req], runs int, err error) error {
+// dead ends an item as the dead letter d. A failing Sink's error stops the
+// batch.
+func (b *state[Req, Resp]) dead(d DeadLetter) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	putErr := b.r.Dead.Put(DeadLetter{ID: item.ID, Runs: runs, Err: err})
+	putErr := b.r.Dead.Put(d)
 	b.counts.Dead++
 	b.progress()
 	if putErr != nil {
-		return fmt.Errorf("llmretry: batch: dead letter of item %q not stored: %w", item.ID, putErr)
+		return fmt.Errorf("llmretry: batch: dead letter of item %q not stored: %w", d.ID, putErr)
 	}
 	return nil
 }

@@ -16,14 +16,20 @@ import (
 
 // deadLine is one line of dead-letters.jsonl, as a reader decodes it.
 type deadLine struct {
-	ID    string `json:"id"`
-	Runs  int    `json:"runs"`
-	Error struct {
-		Outcome       string            `json:"outcome"`
-		ItemRetryable bool              `json:"item_retryable"`
-		Error         string            `json:"error"`
-		Attempts      []json.RawMessage `json:"attempts"`
-	} `json:"error"`
+	ID      string       `json:"id"`
+	Why     string       `json:"why"`
+	Runs    int          `json:"runs"`
+	Error   deadRecord   `json:"error"`
+	Earlier []deadRecord `json:"earlier"`
+	Omitted int          `json:"omitted"`
+}
+
+// deadRecord is the chain's record of one run's error.
+type deadRecord struct {
+	Outcome       string            `json:"outcome"`
+	ItemRetryable bool              `json:"item_retryable"`
+	Error         string            `json:"error"`
+	Attempts      []json.RawMessage `json:"attempts"`
 }
 
 // readDead decodes dead-letters.jsonl in the current directory, one
@@ -80,12 +86,12 @@ func TestRun(t *testing.T) {
 		d, ok := dead[id]
 		switch part(i) {
 		case "-long":
-			if !ok || d.Runs != 1 || d.Error.Outcome != "truncated" || d.Error.ItemRetryable || len(d.Error.Attempts) == 0 {
-				t.Errorf("dead letter of long item %s = %+v, %t; want truncated after 1 run, with its attempts", id, d, ok)
+			if !ok || d.Why != "not_retryable" || d.Runs != 1 || d.Error.Outcome != "truncated" || d.Error.ItemRetryable || len(d.Error.Attempts) == 0 {
+				t.Errorf("dead letter of long item %s = %+v, %t; want truncated after 1 run, not retryable, with its attempts", id, d, ok)
 			}
 		case "-broken":
-			if !ok || d.Runs != 3 || d.Error.Outcome != "exhausted" || !d.Error.ItemRetryable {
-				t.Errorf("dead letter of broken item %s = %+v, %t; want exhausted after 3 runs", id, d, ok)
+			if !ok || d.Why != "runs_used" || d.Runs != 3 || d.Error.Outcome != "exhausted" || !d.Error.ItemRetryable || len(d.Earlier) != 2 {
+				t.Errorf("dead letter of broken item %s = %+v, %t; want exhausted after 3 runs used, with the 2 before", id, d, ok)
 			}
 		}
 	}
