@@ -31,8 +31,18 @@ const minRepeat = time.Second
 // ErrConfig is wrapped by every error that [Chain.Validate] and
 // [Chain.Do] return for a chain that is set up wrong. Match it with
 // errors.Is. Such errors advise [RetryItem] false: re-running an item
-// against a broken chain fails the same way.
-var ErrConfig = errors.New("llmretry: invalid configuration")
+// against a broken chain fails the same way. ErrConfig carries that
+// advice itself, so any error that wraps it (fmt.Errorf with %w, from any
+// package) advises false too, unless an error above it in the tree says
+// otherwise.
+var ErrConfig error = errConfig{}
+
+// errConfig is ErrConfig's type: a comparable value, so errors.Is finds
+// ErrConfig by ==, with the advice on it.
+type errConfig struct{}
+
+func (errConfig) Error() string       { return "llmretry: invalid configuration" }
+func (errConfig) ItemRetryable() bool { return false }
 
 // ErrAttemptTimeout is the cause of an attempt's context when the
 // backend's [Backend.Timeout] ends it. HTTP clients report it in their

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 
@@ -180,27 +180,30 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 
 // begin checks the runner's settings and returns one batch's state.
 func (r *Runner[Req, Resp]) begin() (*state[Req, Resp], error) {
+	// The errors wrap llmretry.ErrConfig, which advises RetryItem false
+	// by itself: a runner set up wrong fails the same way on every run.
 	switch {
 	case r.Chain == nil:
-		return nil, &configError{"batch: chain is nil"}
+		return nil, fmt.Errorf("llmretry: batch: chain is nil: %w", llmretry.ErrConfig)
 	case r.Dead == nil:
-		return nil, &configError{"batch: dead-letter sink is nil"}
+		return nil, fmt.Errorf("llmretry: batch: dead-letter sink is nil: %w", llmretry.ErrConfig)
 	case r.Concurrency < 0:
-		return nil, &configError{"batch: concurrency " + strconv.Itoa(r.Concurrency) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: concurrency %d is negative: %w", r.Concurrency, llmretry.ErrConfig)
 	case r.Pending < 0:
-		return nil, &configError{"batch: pending " + strconv.Itoa(r.Pending) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: pending %d is negative: %w", r.Pending, llmretry.ErrConfig)
 	case r.Runs < 0:
-		return nil, &configError{"batch: runs " + strconv.Itoa(r.Runs) + " is negative"}
+		return nil, fmt.Errorf("llmretry: batch: runs %d is negative: %w", r.Runs, llmretry.ErrConfig)
 	}
 	for i, w := range r.Waits {
 		if w < 0 {
-			return nil, &configError{"batch: wait " + strconv.Itoa(i+1) + " is negative"}
+			return nil, fmt.Errorf("llmretry: batch: wait %d is negative: %w", i+1, llmretry.ErrConfig)
 		}
 	}
 	// Without this check every item would end as a dead letter carrying
-	// the same configuration error.
+	// the same configuration error. The chain's error names the backend
+	// and wraps ErrConfig already.
 	if err := r.Chain.Validate(); err != nil {
-		return nil, &configError{"batch: " + err.Error()}
+		return nil, err
 	}
 	b := &state[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
 	if b.concurrency == 0 {
@@ -236,7 +239,14 @@ type state[Req, Resp any] struct {
 // run takes one item through its runs and ends it; the error is a Sink's.
 // The caller has taken a concurrency slot for the first run.
 func (b *state[Req, Resp]) run(item Item[Req]) error {
-	var err error // the last run's
+	var (
+		err     error   // the last run's
+		earlier []error // the runs' before it that a dead letter keeps
+		omitted int     // the runs' left out of earlier
+	)
+	dead := func(why Why, runs int) error {
+		return b.dead(DeadLetter{ID: item.ID, Why: why, Runs: runs, Err: err, Earlier: earlier, Omitted: omitted})
+	}
 	for runs := 1; ; runs++ {
 		if runs > 1 && !b.acquire() {
 			return b.notRun(item, err)
@@ -250,13 +260,19 @@ func (b *state[Req, Resp]) run(item Item[Req]) error {
 		case !llmretry.RetryItem(err):
 			// Before the context check: the item's verdict is in, and a
 			// re-run would fail the same way whenever it came.
-			return b.dead(item, runs, err)
+			return dead(WhyNotRetryable, runs)
 		case b.ctx.Err() != nil:
 			// The failure may be the cancellation's doing, so it says
 			// nothing about the item.
 			return b.notRun(item, err)
 		case runs >= b.runs:
-			return b.dead(item, runs, err)
+			return dead(WhyRunsUsed, runs)
+		}
+		earlier = append(earlier, err)
+		if len(earlier) == KeptRuns {
+			// Room for the last run's: drop the oldest but the first.
+			earlier = slices.Delete(earlier, 1, 2)
+			omitted++
 		}
 		wait, ok := llmretry.RetryItemAfter(err)
 		if !ok {
@@ -310,15 +326,16 @@ func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 	return nil
 }
 
-// dead ends item as a dead letter. A failing Sink's error stops the batch.
-func (b *state[Req, Resp]) dead(item Item[Req], runs int, err error) error {
+// dead ends an item as the dead letter d. A failing Sink's error stops the
+// batch.
+func (b *state[Req, Resp]) dead(d DeadLetter) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	putErr := b.r.Dead.Put(DeadLetter{ID: item.ID, Runs: runs, Err: err})
+	putErr := b.r.Dead.Put(d)
 	b.counts.Dead++
 	b.progress()
 	if putErr != nil {
-		return fmt.Errorf("batch: dead letter of item %q not stored: %w", item.ID, putErr)
+		return fmt.Errorf("llmretry: batch: dead letter of item %q not stored: %w", d.ID, putErr)
 	}
 	return nil
 }
@@ -348,15 +365,7 @@ func (b *state[Req, Resp]) progress() {
 func stoppedErr(ctx context.Context) error {
 	err, cause := ctx.Err(), context.Cause(ctx)
 	if cause == nil || cause == err {
-		return fmt.Errorf("batch: stopped: %w", err)
+		return fmt.Errorf("llmretry: batch: stopped: %w", err)
 	}
-	return fmt.Errorf("batch: stopped: %w: %w", err, cause)
+	return fmt.Errorf("llmretry: batch: stopped: %w: %w", err, cause)
 }
-
-// configError is a Runner set up wrong. Like the chain's own, it wraps
-// llmretry.ErrConfig and advises against running anything again.
-type configError struct{ msg string }
-
-func (e *configError) Error() string       { return e.msg }
-func (e *configError) Unwrap() error       { return llmretry.ErrConfig }
-func (e *configError) ItemRetryable() bool { return false }

@@ -492,7 +492,7 @@ func TestSinkFails(t *testing.T) {
 		if !errors.Is(err, diskFull) {
 			t.Errorf("Run() error = %v, want one wrapping %v", err, diskFull)
 		}
-		if want := `batch: dead letter of item "5" not stored: disk full`; err == nil || err.Error() != want {
+		if want := `llmretry: batch: dead letter of item "5" not stored: disk full`; err == nil || err.Error() != want {
 			t.Errorf("Run() error = %v, want %q", err, want)
 		}
 		if counts.Total() != taken || counts.Dead != 1 || taken > 20 {
@@ -510,13 +510,13 @@ func TestConfigErrors(t *testing.T) {
 		r    batch.Runner[string, string]
 		want string
 	}{
-		{"no_chain", batch.Runner[string, string]{Dead: sink}, "batch: chain is nil"},
-		{"no_sink", batch.Runner[string, string]{Chain: f.chain()}, "batch: dead-letter sink is nil"},
-		{"negative_concurrency", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "batch: concurrency -1 is negative"},
-		{"negative_pending", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "batch: pending -1 is negative"},
-		{"negative_runs", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "batch: runs -2 is negative"},
-		{"negative_wait", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "batch: wait 2 is negative"},
-		{"bad_chain", batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "batch: llmretry: chain has no backends"},
+		{"no_chain", batch.Runner[string, string]{Dead: sink}, "llmretry: batch: chain is nil: llmretry: invalid configuration"},
+		{"no_sink", batch.Runner[string, string]{Chain: f.chain()}, "llmretry: batch: dead-letter sink is nil: llmretry: invalid configuration"},
+		{"negative_concurrency", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "llmretry: batch: concurrency -1 is negative: llmretry: invalid configuration"},
+		{"negative_pending", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "llmretry: batch: pending -1 is negative: llmretry: invalid configuration"},
+		{"negative_runs", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "llmretry: batch: runs -2 is negative: llmretry: invalid configuration"},
+		{"negative_wait", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "llmretry: batch: wait 2 is negative: llmretry: invalid configuration"},
+		{"bad_chain", batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "llmretry: chain has no backends"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -524,8 +524,8 @@ func TestConfigErrors(t *testing.T) {
 			pulled := false
 			seq := func(yield func(batch.Item[string]) bool) { pulled = true }
 			counts, err := tc.r.Run(context.Background(), seq)
-			if err == nil || err.Error() != tc.want || !errors.Is(err, llmretry.ErrConfig) {
-				t.Errorf("Run() error = %v, want %q wrapping ErrConfig", err, tc.want)
+			if err == nil || err.Error() != tc.want || !errors.Is(err, llmretry.ErrConfig) || llmretry.RetryItem(err) {
+				t.Errorf("Run() error = %v, want %q wrapping ErrConfig, RetryItem false", err, tc.want)
 			}
 			if pulled || counts != (batch.Counts{}) {
 				t.Errorf("Run() = %+v, pulled %t; want nothing taken", counts, pulled)

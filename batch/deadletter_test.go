@@ -13,20 +13,38 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/batch"
 )
 
 // line is how a reader of the dead letters decodes one.
 type line struct {
-	ID    string `json:"id"`
-	Runs  int    `json:"runs"`
-	Error struct {
-		Outcome       string             `json:"outcome"`
-		ItemRetryable bool               `json:"item_retryable"`
-		Error         string             `json:"error"`
-		Attempts      []llmretry.Attempt `json:"attempts"`
-	} `json:"error"`
+	ID      string      `json:"id"`
+	Why     string      `json:"why"`
+	Runs    int         `json:"runs"`
+	Error   runRecord   `json:"error"`
+	Earlier []runRecord `json:"earlier"`
+	Omitted int         `json:"omitted"`
+}
+
+// runRecord is the chain's record of one run's error.
+type runRecord struct {
+	Outcome       string             `json:"outcome"`
+	ItemRetryable bool               `json:"item_retryable"`
+	Error         string             `json:"error"`
+	Attempts      []llmretry.Attempt `json:"attempts"`
+}
+
+// recordOf is what a reader should find for err, one of the chain's
+// errors of the given outcome.
+func recordOf(t *testing.T, err error, outcome string) runRecord {
+	t.Helper()
+	var ex *llmretry.Exhausted
+	if !errors.As(err, &ex) {
+		t.Fatalf("Err = %T, want an *Exhausted", err)
+	}
+	return runRecord{Outcome: outcome, ItemRetryable: llmretry.RetryItem(err), Error: err.Error(), Attempts: ex.Attempts}
 }
 
 // sameText compares errors by their text: a decoded attempt's error is a
@@ -39,7 +57,8 @@ var sameText = cmp.Comparer(func(a, b error) bool {
 })
 
 // The runner's dead letters, written by JSONLines and decoded back, hold
-// the item's ID, its runs and the chain's record of the last run.
+// the item's ID, why it is dead, its runs and the chain's record of every
+// run.
 func TestJSONLinesRoundTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFake(time.Second, map[string][]error{"cut": {cut}, "busy": {overloaded}})
@@ -60,20 +79,17 @@ func TestJSONLinesRoundTrip(t *testing.T) {
 
 		var want []line
 		for _, d := range letters {
-			var l line
-			l.ID, l.Runs = d.ID, d.Runs
-			var ex *llmretry.Exhausted
-			if !errors.As(d.Err, &ex) {
-				t.Fatalf("dead letter %s: Err = %T, want an *Exhausted", d.ID, d.Err)
+			outcome := map[string]string{"cut": "truncated", "busy": "exhausted"}[d.ID]
+			l := line{ID: d.ID, Why: string(d.Why), Runs: d.Runs, Error: recordOf(t, d.Err, outcome), Omitted: d.Omitted}
+			l.Earlier = []runRecord{}
+			for _, e := range d.Earlier {
+				l.Earlier = append(l.Earlier, recordOf(t, e, outcome))
 			}
-			l.Error.Outcome = map[string]string{"cut": "truncated", "busy": "exhausted"}[d.ID]
-			l.Error.ItemRetryable = llmretry.RetryItem(d.Err)
-			l.Error.Error = d.Err.Error()
-			l.Error.Attempts = ex.Attempts
 			want = append(want, l)
 		}
-		if len(want) != 2 || want[0].ID != "cut" || want[0].Runs != 1 || want[1].ID != "busy" || want[1].Runs != 3 {
-			t.Fatalf("dead letters %+v, want cut after 1 run and busy after 3", letters)
+		if len(want) != 2 || want[0].ID != "cut" || want[0].Runs != 1 || want[0].Why != "not_retryable" || len(want[0].Earlier) != 0 ||
+			want[1].ID != "busy" || want[1].Runs != 3 || want[1].Why != "runs_used" || len(want[1].Earlier) != 2 {
+			t.Fatalf("dead letters %+v, want cut after 1 run, not retryable, and busy after 3 runs used, with the 2 before", letters)
 		}
 
 		var got []line
@@ -98,6 +114,80 @@ func TestJSONLinesRoundTrip(t *testing.T) {
 	})
 }
 
+// A dead letter says why the item is dead and keeps each run's error,
+// the first run's and the latest ones' when there were more than
+// KeptRuns, with a count of those left out.
+func TestDeadLetterRuns(t *testing.T) {
+	// fail[i] is run i+1's failure, so that each run's error can be told
+	// apart in the records.
+	var fail []error
+	for i := range 10 {
+		fail = append(fail, llmretry.StatusFailure(503, nil, fmt.Errorf("overloaded, run %d", i+1)))
+	}
+	tests := []struct {
+		name        string
+		runs        int
+		script      []error
+		wantWhy     batch.Why
+		wantRuns    int
+		wantLast    error
+		wantEarlier []error // the attempt's error of each earlier run kept
+		wantOmitted int
+	}{
+		{name: "one_run", runs: 1, script: fail, wantWhy: batch.WhyRunsUsed, wantRuns: 1, wantLast: fail[0]},
+		{name: "runs_used", runs: 3, script: fail, wantWhy: batch.WhyRunsUsed, wantRuns: 3, wantLast: fail[2], wantEarlier: fail[:2]},
+		{name: "not_retryable", runs: 3, script: []error{fail[0], refused}, wantWhy: batch.WhyNotRetryable, wantRuns: 2, wantLast: refused, wantEarlier: fail[:1]},
+		{name: "not_retryable_first", runs: 3, script: []error{cut}, wantWhy: batch.WhyNotRetryable, wantRuns: 1, wantLast: cut},
+		{name: "all_kept", runs: batch.KeptRuns, script: fail, wantWhy: batch.WhyRunsUsed, wantRuns: 5, wantLast: fail[4], wantEarlier: fail[:4]},
+		{name: "one_left_out", runs: 6, script: fail, wantWhy: batch.WhyRunsUsed, wantRuns: 6, wantLast: fail[5],
+			wantEarlier: []error{fail[0], fail[2], fail[3], fail[4]}, wantOmitted: 1},
+		{name: "first_and_latest", runs: 10, script: fail, wantWhy: batch.WhyRunsUsed, wantRuns: 10, wantLast: fail[9],
+			wantEarlier: []error{fail[0], fail[6], fail[7], fail[8]}, wantOmitted: 5},
+	}
+	// attemptErr is the error the backend gave in a run: the chain's
+	// record of its one attempt holds it.
+	attemptErr := func(t *testing.T, err error) error {
+		t.Helper()
+		var ex *llmretry.Exhausted
+		if !errors.As(err, &ex) || len(ex.Attempts) != 1 {
+			t.Fatalf("run error %v (%T), want an *Exhausted with 1 attempt", err, err)
+		}
+		return ex.Attempts[0].Err
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				f := newFake(0, map[string][]error{"x": tc.script})
+				var rec record
+				r := rec.runner(f.chain())
+				r.Runs = tc.runs
+				r.Waits = []time.Duration{time.Second}
+				if _, err := r.Run(context.Background(), items("x")); err != nil {
+					t.Fatalf("Run() error = %v, want nil", err)
+				}
+				d, ok := rec.dead["x"]
+				if !ok {
+					t.Fatalf("no dead letter for x")
+				}
+				if d.Why != tc.wantWhy || d.Runs != tc.wantRuns || d.Omitted != tc.wantOmitted {
+					t.Errorf("dead letter Why, Runs, Omitted = %q, %d, %d, want %q, %d, %d", d.Why, d.Runs, d.Omitted, tc.wantWhy, tc.wantRuns, tc.wantOmitted)
+				}
+				if got := attemptErr(t, d.Err); got != tc.wantLast {
+					t.Errorf("last run's attempt error = %v, want %v", got, tc.wantLast)
+				}
+				var got []error
+				for _, e := range d.Earlier {
+					got = append(got, attemptErr(t, e))
+				}
+				if diff := cmp.Diff(tc.wantEarlier, got, cmpopts.EquateErrors()); diff != "" {
+					t.Errorf("earlier runs' attempt errors (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
 // plainErr is an error that is not the chain's and has fields json would
 // otherwise show.
 type plainErr struct{ Path string }
@@ -105,20 +195,27 @@ type plainErr struct{ Path string }
 func (e *plainErr) Error() string { return "open " + e.Path + ": disk full" }
 
 // An error that is not the chain's encodes as {"error": its redacted
-// text}, and a nil one as null.
+// text}, and a nil one as null; the earlier runs' errors encode as the
+// last one does, and earlier is a list even when empty.
 func TestDeadLetterJSON(t *testing.T) {
 	tests := []struct {
 		name string
 		d    batch.DeadLetter
 		want string
 	}{
-		{"plain", batch.DeadLetter{ID: "a", Runs: 2, Err: errors.New("disk full")}, `{"id":"a","runs":2,"error":{"error":"disk full"}}`},
-		{"struct_error", batch.DeadLetter{ID: "b", Runs: 1, Err: &plainErr{Path: "/tmp/x"}}, `{"id":"b","runs":1,"error":{"error":"open /tmp/x: disk full"}}`},
-		{"redacted", batch.DeadLetter{ID: "c", Runs: 1, Err: errors.New("refused: Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz012345")},
-			`{"id":"c","runs":1,"error":{"error":"refused: Authorization: Bearer REDACTED"}}`},
-		{"nil", batch.DeadLetter{ID: "d"}, `{"id":"d","runs":0,"error":null}`},
-		{"core", batch.DeadLetter{ID: "e", Runs: 3, Err: &llmretry.Exhausted{Summary: "llmretry: exhausted"}},
-			`{"id":"e","runs":3,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted","attempts":[]}}`},
+		{"plain", batch.DeadLetter{ID: "a", Why: batch.WhyRunsUsed, Runs: 1, Err: errors.New("disk full")},
+			`{"id":"a","why":"runs_used","runs":1,"error":{"error":"disk full"},"earlier":[],"omitted":0}`},
+		{"struct_error", batch.DeadLetter{ID: "b", Why: batch.WhyRunsUsed, Runs: 1, Err: &plainErr{Path: "/tmp/x"}},
+			`{"id":"b","why":"runs_used","runs":1,"error":{"error":"open /tmp/x: disk full"},"earlier":[],"omitted":0}`},
+		{"redacted", batch.DeadLetter{ID: "c", Why: batch.WhyNotRetryable, Runs: 1, Err: errors.New("refused: Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz012345")},
+			`{"id":"c","why":"not_retryable","runs":1,"error":{"error":"refused: Authorization: Bearer REDACTED"},"earlier":[],"omitted":0}`},
+		{"nil", batch.DeadLetter{ID: "d"}, `{"id":"d","why":"","runs":0,"error":null,"earlier":[],"omitted":0}`},
+		{"core", batch.DeadLetter{ID: "e", Why: batch.WhyRunsUsed, Runs: 1, Err: &llmretry.Exhausted{Summary: "llmretry: exhausted"}},
+			`{"id":"e","why":"runs_used","runs":1,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted","attempts":[]},"earlier":[],"omitted":0}`},
+		{"earlier", batch.DeadLetter{ID: "f", Why: batch.WhyRunsUsed, Runs: 9, Err: errors.New("run 9"),
+			Earlier: []error{errors.New("run 1"), &llmretry.Exhausted{Summary: "run 6"}, nil, errors.New("run 8 key=sk-abcdefghijklmnopqrstuvwxyz012345")}, Omitted: 4},
+			`{"id":"f","why":"runs_used","runs":9,"error":{"error":"run 9"},"earlier":[{"error":"run 1"},` +
+				`{"outcome":"exhausted","item_retryable":true,"error":"run 6","attempts":[]},null,{"error":"run 8 key=REDACTED"}],"omitted":4}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +258,7 @@ func (failWriter) Write([]byte) (int, error) { return 0, errors.New("no space le
 
 func TestJSONLinesWriteError(t *testing.T) {
 	err := batch.JSONLines(failWriter{}).Put(batch.DeadLetter{ID: "a"})
-	if want := `batch: writing dead letter of item "a": no space left on device`; err == nil || err.Error() != want {
+	if want := `llmretry: batch: writing dead letter of item "a": no space left on device`; err == nil || err.Error() != want {
 		t.Errorf("Put() = %v, want %q", err, want)
 	}
 }

@@ -16,9 +16,9 @@
 // order:
 //
 //	success                                   OnResult
-//	llmretry.RetryItem(err) == false          a dead letter at once: no re-run can help
+//	llmretry.RetryItem(err) == false          a dead letter at once, WhyNotRetryable: no re-run can help
 //	the context is done                       not run (OnNotRun): never dead
-//	Runs used up                              a dead letter
+//	Runs used up                              a dead letter, WhyRunsUsed
 //	otherwise                                 run again after llmretry.RetryItemAfter(err),
 //	                                          or else after the runner's own Waits
 //

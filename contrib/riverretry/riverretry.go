@@ -79,7 +79,9 @@ func (a *Adapter) Work(ctx context.Context, job *rivertype.JobRow, doInner func(
 // ([llmretry.RetryItem], [llmretry.RetryItemAfter]):
 //
 //   - nil: nil, and River completes the job.
-//   - an [*llmretry.Cancelled] (the worker's context ended): err
+//   - an [*llmretry.Cancelled] as the outermost of the chain's typed
+//     errors (the worker's context ended; a *Cancelled found only
+//     beneath another, in an attempt's record, does not count): err
 //     unchanged, and the cancellation counted in the job's metadata.
 //     When River's own shutdown (StopAndCancel, or SoftStopTimeout
 //     running out) cancelled the context, River makes the job available
@@ -115,8 +117,11 @@ func (a *Adapter) Result(ctx context.Context, job *rivertype.JobRow, err error) 
 		return err
 	}
 
-	var cancelled *llmretry.Cancelled
-	if errors.As(err, &cancelled) {
+	// The outcome is the outermost of the chain's typed errors; what lies
+	// beneath it are its attempts' errors, which may hold a *Cancelled (a
+	// chain run inside an attempt, say) while the run itself failed.
+	var r record
+	if errors.As(err, &r) && isCancelled(r) {
 		md, _ := JobMetadata(job) // a record we cannot read starts again from zero
 		md.Cancellations++
 		// The count is a record for people; nothing depends on it, so a
@@ -184,6 +189,13 @@ func (a *Adapter) maxSnooze() time.Duration {
 		return DefaultMaxSnooze
 	}
 	return a.MaxSnooze
+}
+
+// isCancelled reports whether r, one of the chain's typed errors, is a
+// *Cancelled.
+func isCancelled(r record) bool {
+	_, ok := r.(*llmretry.Cancelled)
+	return ok
 }
 
 // record is what the chain's typed errors ([*llmretry.Exhausted],

@@ -74,6 +74,12 @@ func TestResult(t *testing.T) {
 		{name: "transient", err: transientErr(0), want: "*Error"},
 		{name: "retry_after_outside_river", err: transientErr(time.Minute), want: "*Error"},
 		{name: "cancelled", err: cancelled, want: "as is", same: true},
+		{name: "cancelled_wrapped", err: fmt.Errorf("job 7: %w", cancelled), want: "as is", same: true},
+		// The run failed; only an attempt of it was cancelled (a chain
+		// inside the attempt withdrew): not River's shutdown.
+		{name: "cancelled_attempt", err: llmretry.Exhaust([]llmretry.Attempt{{
+			Model: "inner", Try: 1, Kind: llmretry.KindTransient, Err: &llmretry.Cancelled{Cause: context.Canceled},
+		}}), want: "*Error"},
 		{name: "plain", err: plain, want: "as is", same: true},
 		{name: "already_mapped", err: already, want: "*Error", same: true},
 		{name: "river_snooze", err: snoozed, want: "snooze", same: true},

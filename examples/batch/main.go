@@ -20,13 +20,14 @@
 // and then goes to the dead letters.
 //
 // A progress line shows the counts as they change (updated in place on a
-// terminal, a plain line every second otherwise). At the end the program
-// prints the counts and writes the dead letters to dead-letters.jsonl in
-// the current directory, one JSON object per line: the item's ID, its
-// runs, and the chain's record of its last run. Ctrl-C stops the batch:
-// the items cut short are counted as not run, never as dead.
+// terminal, a plain line every second otherwise). The dead letters go, one
+// JSON object per line, to the file that -dead names, or by default to
+// dead-letters.jsonl in a new temporary folder, whose path the program
+// prints: the item's ID, why it is dead, its runs, and the chain's record
+// of each run. At the end the program prints the counts. Ctrl-C stops the
+// batch: the items cut short are counted as not run, never as dead.
 //
-//	go run ./examples/batch
+//	go run ./examples/batch [-dead file]
 package main
 
 import (
@@ -34,12 +35,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"iter"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -54,21 +57,28 @@ const (
 	items        = 1000
 	primaryModel = "gpt-4o"
 	fallbackName = "claude-sonnet-4-5"
-	deadFile     = "dead-letters.jsonl"
+	deadFile     = "dead-letters.jsonl" // the file's name in the temporary folder
 	outageStart  = 2 * time.Second
 	outageEnd    = 5 * time.Second
 	answerTime   = 80 * time.Millisecond // how long a scripted model takes to answer
 )
 
 func main() {
+	dead := flag.String("dead", "", "the file to write the dead letters to (default: "+deadFile+" in a new temporary folder)")
+	flag.Parse()
+	path, err := deadPath(*dead)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	// Ctrl-C cancels the batch; the runner then counts the items it cut
 	// short as not run.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	fi, err := os.Stdout.Stat()
 	terminal := err == nil && fi.Mode()&os.ModeCharDevice != 0
-	if _, err := run(ctx, os.Stdout, terminal); err != nil {
-		fmt.Fprintln(os.Stderr, err) // the runner's errors name their package, "batch: "
+	if _, err := run(ctx, os.Stdout, terminal, path); err != nil {
+		fmt.Fprintln(os.Stderr, err) // the runner's errors say where they come from, "llmretry: batch: "
 		os.Exit(1)
 	}
 }
@@ -95,18 +105,32 @@ func part(i int) string {
 	return ""
 }
 
+// deadPath is the file the dead letters go to: dead when it is set, and
+// otherwise deadFile in a new temporary folder, so that a demo run leaves
+// nothing in the directory it was started in.
+func deadPath(dead string) (string, error) {
+	if dead != "" {
+		return dead, nil
+	}
+	dir, err := os.MkdirTemp("", "llmretry-batch-")
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, deadFile), nil
+}
+
 // run plays the demo, writes what happens to w and the dead letters to
-// deadFile in the current directory, and returns the counts. terminal
-// says whether w is a terminal, where the progress line is updated in
-// place. The error is for a demo that could not run, or was interrupted.
-func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) {
+// the file deadPath, and returns the counts. terminal says whether w is a
+// terminal, where the progress line is updated in place. The error is for
+// a demo that could not run, or was interrupted.
+func run(ctx context.Context, w io.Writer, terminal bool, deadPath string) (batch.Counts, error) {
 	primary := llmretrytest.NewServer()
 	defer primary.Close()
 	fallback := llmretrytest.NewServer()
 	defer fallback.Close()
 	script(primary, fallback)
 
-	f, err := os.Create(deadFile)
+	f, err := os.Create(deadPath)
 	if err != nil {
 		return batch.Counts{}, err
 	}
@@ -173,6 +197,7 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 	fmt.Fprintf(w, "  primary   %-18s OpenAI API     down from %v to %v (503, retry-after 2)\n", primaryModel, outageStart, outageEnd)
 	fmt.Fprintf(w, "  fallback  %-18s Anthropic API  429 with retry-after 1 on every 4th request\n", fallbackName)
 	fmt.Fprintln(w, "25 items are cut off at max_tokens every time; 10 fail with 500 everywhere.")
+	fmt.Fprintf(w, "Dead letters go to %s.\n", deadPath)
 	fmt.Fprintln(w)
 
 	// On a terminal the progress line is rewritten in place: back to the
@@ -226,8 +251,8 @@ func run(ctx context.Context, w io.Writer, terminal bool) (batch.Counts, error) 
 
 	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run (%d items); %d runs in all.\n",
 		time.Since(start).Seconds(), counts.Succeeded, counts.Dead, counts.NotRun, counts.Total(), runs.Load())
-	fmt.Fprintf(w, "%d dead letters written to %s, one JSON object per line:\n", counts.Dead, deadFile)
-	fmt.Fprintln(w, "the item's id, its runs, and the chain's record of its last run, attempt by attempt.")
+	fmt.Fprintf(w, "%d dead letters written to %s, one JSON object per line:\n", counts.Dead, deadPath)
+	fmt.Fprintln(w, "the item's id, why it is dead, its runs, and the chain's record of each run, attempt by attempt.")
 	for _, o := range []string{"truncated", "exhausted", "timed_out", "other"} {
 		if n, ok := outcomes.Load(o); ok {
 			fmt.Fprintf(w, "  %-9s %3d  %s\n", o, n.(*atomic.Int64).Load(), lever[o])

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -16,21 +17,27 @@ import (
 
 // deadLine is one line of dead-letters.jsonl, as a reader decodes it.
 type deadLine struct {
-	ID    string `json:"id"`
-	Runs  int    `json:"runs"`
-	Error struct {
-		Outcome       string            `json:"outcome"`
-		ItemRetryable bool              `json:"item_retryable"`
-		Error         string            `json:"error"`
-		Attempts      []json.RawMessage `json:"attempts"`
-	} `json:"error"`
+	ID      string       `json:"id"`
+	Why     string       `json:"why"`
+	Runs    int          `json:"runs"`
+	Error   deadRecord   `json:"error"`
+	Earlier []deadRecord `json:"earlier"`
+	Omitted int          `json:"omitted"`
 }
 
-// readDead decodes dead-letters.jsonl in the current directory, one
-// valid JSON object per line, by ID.
-func readDead(t *testing.T) map[string]deadLine {
+// deadRecord is the chain's record of one run's error.
+type deadRecord struct {
+	Outcome       string            `json:"outcome"`
+	ItemRetryable bool              `json:"item_retryable"`
+	Error         string            `json:"error"`
+	Attempts      []json.RawMessage `json:"attempts"`
+}
+
+// readDead decodes the dead letters in the file path, one valid JSON
+// object per line, by ID.
+func readDead(t *testing.T, path string) map[string]deadLine {
 	t.Helper()
-	f, err := os.Open(deadFile)
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,14 +63,28 @@ func readDead(t *testing.T) map[string]deadLine {
 	return dead
 }
 
-// TestRun plays the whole demo, as go run does, in a temporary directory:
-// the counts add up to 1,000, every long item is a truncated dead letter
-// after one run, every broken one an exhausted dead letter after three,
-// and the file has one valid JSON line per dead item.
+// emptyDir changes into a new empty directory, and checks at the end of
+// the test that the demo left nothing in it.
+func emptyDir(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Cleanup(func() {
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("the directory the demo ran in holds %v (%v), want nothing", entries, err)
+		}
+	})
+}
+
+// TestRun plays the whole demo, as go run does: the counts add up to
+// 1,000, every long item is a truncated dead letter after one run, every
+// broken one an exhausted dead letter after three, and the file it names
+// has one valid JSON line per dead item.
 func TestRun(t *testing.T) {
-	t.Chdir(t.TempDir())
+	emptyDir(t)
+	path := filepath.Join(t.TempDir(), "dead.jsonl")
 	var buf bytes.Buffer
-	counts, err := run(context.Background(), &buf, false)
+	counts, err := run(context.Background(), &buf, false, path)
 	out := buf.String()
 	if err != nil {
 		t.Fatalf("run() error = %v, want nil; output:\n%s", err, out)
@@ -71,25 +92,26 @@ func TestRun(t *testing.T) {
 	if counts.Total() != items || counts.NotRun != 0 {
 		t.Errorf("run() counts = %+v, want %d in all, none not run", counts, items)
 	}
-	dead := readDead(t)
+	dead := readDead(t, path)
 	if len(dead) != counts.Dead {
-		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), deadFile, counts.Dead)
+		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), path, counts.Dead)
 	}
 	for i := 1; i <= items; i++ {
 		id := "ticket-" + leftPad(i)
 		d, ok := dead[id]
 		switch part(i) {
 		case "-long":
-			if !ok || d.Runs != 1 || d.Error.Outcome != "truncated" || d.Error.ItemRetryable || len(d.Error.Attempts) == 0 {
-				t.Errorf("dead letter of long item %s = %+v, %t; want truncated after 1 run, with its attempts", id, d, ok)
+			if !ok || d.Why != "not_retryable" || d.Runs != 1 || d.Error.Outcome != "truncated" || d.Error.ItemRetryable || len(d.Error.Attempts) == 0 {
+				t.Errorf("dead letter of long item %s = %+v, %t; want truncated after 1 run, not retryable, with its attempts", id, d, ok)
 			}
 		case "-broken":
-			if !ok || d.Runs != 3 || d.Error.Outcome != "exhausted" || !d.Error.ItemRetryable {
-				t.Errorf("dead letter of broken item %s = %+v, %t; want exhausted after 3 runs", id, d, ok)
+			if !ok || d.Why != "runs_used" || d.Runs != 3 || d.Error.Outcome != "exhausted" || !d.Error.ItemRetryable || len(d.Earlier) != 2 {
+				t.Errorf("dead letter of broken item %s = %+v, %t; want exhausted after 3 runs used, with the 2 before", id, d, ok)
 			}
 		}
 	}
-	for _, want := range []string{`Done in [0-9.]+s: \d+ succeeded`, `written to dead-letters\.jsonl`, `(?m)^  truncated +25 `} {
+	for _, want := range []string{`Done in [0-9.]+s: \d+ succeeded`, `(?m)^Dead letters go to ` + regexp.QuoteMeta(path) + `\.$`,
+		`written to ` + regexp.QuoteMeta(path), `(?m)^  truncated +25 `} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("output lacks %q; output:\n%s", want, out)
 		}
@@ -99,22 +121,53 @@ func TestRun(t *testing.T) {
 // Cut short, the demo counts the items it could not finish as not run,
 // never as dead, and the file still has a line per dead item.
 func TestRunCancelled(t *testing.T) {
-	t.Chdir(t.TempDir())
+	emptyDir(t)
+	path := filepath.Join(t.TempDir(), "dead.jsonl")
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()
 	var buf bytes.Buffer
-	counts, err := run(ctx, &buf, false)
+	counts, err := run(ctx, &buf, false, path)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("run() error = %v, want context.DeadlineExceeded", err)
 	}
 	if counts.Total() == 0 || counts.Total() > items || counts.NotRun == 0 {
 		t.Errorf("run() counts = %+v, want some items ended and some not run", counts)
 	}
-	if dead := readDead(t); len(dead) != counts.Dead {
-		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), deadFile, counts.Dead)
+	if dead := readDead(t, path); len(dead) != counts.Dead {
+		t.Errorf("%d dead letters in %s, want %d (counts.Dead)", len(dead), path, counts.Dead)
 	}
 	if want := strconv.Itoa(counts.NotRun) + " items were cut short"; !strings.Contains(buf.String(), want) {
 		t.Errorf("output lacks %q; output:\n%s", want, buf.String())
+	}
+}
+
+// Without -dead the dead letters go to a new temporary folder of their
+// own, a fresh one each time; with it, to the file it names.
+func TestDeadPath(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	first, err := deadPath("")
+	if err != nil {
+		t.Fatalf("deadPath(\"\") error = %v", err)
+	}
+	second, err := deadPath("")
+	if err != nil {
+		t.Fatalf("deadPath(\"\") error = %v", err)
+	}
+	for _, p := range []string{first, second} {
+		dir := filepath.Dir(p)
+		if filepath.Base(p) != deadFile || filepath.Dir(dir) != tmp {
+			t.Errorf("deadPath(\"\") = %s, want %s in a new folder in %s", p, deadFile, tmp)
+		}
+		if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+			t.Errorf("folder %s holds %v (%v), want a new empty one", dir, entries, err)
+		}
+	}
+	if filepath.Dir(first) == filepath.Dir(second) {
+		t.Errorf("deadPath(\"\") = %s twice, want a new folder each time", first)
+	}
+	if got, err := deadPath("out/dead.jsonl"); got != "out/dead.jsonl" || err != nil {
+		t.Errorf("deadPath(%q) = %q, %v, want it back, nil", "out/dead.jsonl", got, err)
 	}
 }
 
