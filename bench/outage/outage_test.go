@@ -82,33 +82,6 @@ func TestInvariants(t *testing.T) {
 	}
 }
 
-// TestSameSeedSameTables plays everything again and compares the report
-// byte for byte.
-func TestSameSeedSameTables(t *testing.T) {
-	if testing.Short() {
-		t.Skip("plays every scenario again")
-	}
-	scenarios := Scenarios()
-	var first, second bytes.Buffer
-	if err := Report(&first, testSeed, scenarios, publishedResults(t), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := Report(&second, testSeed, scenarios, playAll(t, testSeed, scenarios, Strategies()), nil); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(first.Bytes(), second.Bytes()) {
-		t.Errorf("two plays with seed %d differ:\n%s", testSeed, lineDiff(first.String(), second.String()))
-	}
-	// The time series behind the pictures must repeat too.
-	again := playAll(t, testSeed, scenarios[:1], Strategies())
-	for j, r := range again[0] {
-		want := publishedResults(t)[0][j]
-		if fmt.Sprint(r.SentBins, r.AnsBins) != fmt.Sprint(want.SentBins, want.AnsBins) {
-			t.Errorf("%s: time series differ between two plays", r.Strategy)
-		}
-	}
-}
-
 // lineDiff returns the lines that differ between a and b.
 func lineDiff(a, b string) string {
 	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
