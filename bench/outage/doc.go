@@ -46,6 +46,7 @@
 //
 // [Play] returns one [Result] per strategy; [WriteMarkdown] prints them as
 // a table and [WriteSVG] draws answers and requests sent over time. The
-// package's test TestWriteReport -update writes results/outage.md and one
-// SVG per scenario.
+// package's test TestWriteReport -update writes results/outage.md, one
+// SVG per scenario and the same report into the repository's
+// BENCHMARKS.md, between its markers.
 package outage

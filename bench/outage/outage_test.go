@@ -239,7 +239,8 @@ func (d dropHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // TestWriteReport writes results/outage.md and one SVG per scenario from
-// the test seed's play, when run with -update:
+// the test seed's play, and the same report into BENCHMARKS.md between
+// its markers, when run with -update:
 //
 //	cd bench && go test ./outage -run TestWriteReport -update
 func TestWriteReport(t *testing.T) {
@@ -270,4 +271,54 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Stdout.Write(b.Bytes())
+
+	// BENCHMARKS.md, at the repository's root, shows the same report one
+	// heading level down, with the pictures' paths from the root.
+	b.Reset()
+	fromRoot := func(i int) string { return "bench/outage/results/" + svg(i) }
+	if err := Report(&b, testSeed, scenarios, results, fromRoot); err != nil {
+		t.Fatal(err)
+	}
+	if err := spliceReport(benchmarksMD, demote(b.String())); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// benchmarksMD is the repository's BENCHMARKS.md, from this package.
+const benchmarksMD = "../../BENCHMARKS.md"
+
+// The markers in BENCHMARKS.md between which TestWriteReport writes the
+// report.
+const (
+	reportBegin = "<!-- begin outage report: written by `cd bench && go test ./outage -run TestWriteReport -update`; do not edit by hand -->\n"
+	reportEnd   = "<!-- end outage report -->\n"
+)
+
+// spliceReport replaces what lies between the markers in the file at
+// path with report.
+func spliceReport(path, report string) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	before, rest, ok := strings.Cut(string(old), reportBegin)
+	if !ok {
+		return fmt.Errorf("%s: no line %q", path, strings.TrimSpace(reportBegin))
+	}
+	_, after, ok := strings.Cut(rest, reportEnd)
+	if !ok {
+		return fmt.Errorf("%s: no line %q after the first marker", path, strings.TrimSpace(reportEnd))
+	}
+	return os.WriteFile(path, []byte(before+reportBegin+"\n"+report+reportEnd+after), 0o644)
+}
+
+// demote moves every Markdown heading of report one level down.
+func demote(report string) string {
+	lines := strings.SplitAfter(report, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "#") {
+			lines[i] = "#" + l
+		}
+	}
+	return strings.Join(lines, "")
 }

@@ -15,8 +15,8 @@ const (
 )
 
 // healthySecondary is the fallback every scenario has unless it says
-// otherwise; truncating is the one of scenarios 1, 2, 7 and 8, which cuts 10%
-// of requests off at their completion budget.
+// otherwise; truncating is the one of scenarios 1, 2, 7 and 8, which
+// cuts 10% of requests off at their completion budget.
 var (
 	healthySecondary    = Provider{Name: "Secondary", Answer: secondaryAnswer}
 	truncatingSecondary = Provider{Name: "Secondary", Answer: secondaryAnswer, Truncate: 0.10}
