@@ -31,6 +31,9 @@
 // arrived first goes first), so they never depend on goroutine
 // scheduling. The Breaker decides the rest of what callers race for
 // (which waiting call gets a half-open probe) by when each call began.
+// The tests replay the seed with the dispatcher's order shuffled, as the
+// scheduler would order them without it, and want the same tables: an
+// outcome that hangs on that order is the library's race, not the world's.
 //
 // # Strategies
 //

@@ -26,24 +26,32 @@ const testSeed = 1
 
 // playAll plays every scenario with every strategy, each run in a bubble
 // of its own, one after another: the OpenAI SDK's runs share math/rand's
-// global source, so no two runs may overlap.
-func playAll(t *testing.T, seed uint64, scenarios []Scenario, strategies []Strategy) [][]*Result {
+// global source, so no two runs may overlap. order is play's: 0 for
+// caller order.
+func playAll(t *testing.T, seed, order uint64, scenarios []Scenario, strategies []Strategy) [][]*Result {
 	t.Helper()
 	all := make([][]*Result, len(scenarios))
 	for i := range scenarios {
 		for _, st := range strategies {
-			all[i] = append(all[i], playOne(t, &scenarios[i], st, seed))
+			all[i] = append(all[i], playIn(t, &scenarios[i], st, seed, order))
 		}
 	}
 	return all
 }
 
-// playOne plays one scenario with one strategy in a bubble of its own.
+// playOne plays one scenario with one strategy in a bubble of its own, in
+// caller order.
 func playOne(t *testing.T, sc *Scenario, st Strategy, seed uint64) *Result {
+	t.Helper()
+	return playIn(t, sc, st, seed, 0)
+}
+
+// playIn is playOne in the dispatcher's order given by order.
+func playIn(t *testing.T, sc *Scenario, st Strategy, seed, order uint64) *Result {
 	t.Helper()
 	var r *Result
 	synctest.Test(t, func(*testing.T) {
-		r = play(sc, st, seed)
+		r = play(sc, st, seed, order)
 	})
 	return r
 }
@@ -58,7 +66,7 @@ var published = struct {
 func publishedResults(t *testing.T) [][]*Result {
 	t.Helper()
 	published.once.Do(func() {
-		published.results = playAll(t, testSeed, Scenarios(), Strategies())
+		published.results = playAll(t, testSeed, 0, Scenarios(), Strategies())
 	})
 	if published.results == nil {
 		t.Fatal("the first play failed")
