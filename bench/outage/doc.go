@@ -31,6 +31,9 @@
 // arrived first goes first), so they never depend on goroutine
 // scheduling. The Breaker decides the rest of what callers race for
 // (which waiting call gets a half-open probe) by when each call began.
+// The tests replay the seed with the dispatcher's order shuffled, as the
+// scheduler would order them without it, and want the same tables: an
+// outcome that hangs on that order is the library's race, not the world's.
 //
 // # Strategies
 //
@@ -46,6 +49,7 @@
 //
 // [Play] returns one [Result] per strategy; [WriteMarkdown] prints them as
 // a table and [WriteSVG] draws answers and requests sent over time. The
-// package's test TestWriteReport -update writes results/outage.md and one
-// SVG per scenario.
+// package's test TestWriteReport -update writes results/outage.md, one
+// SVG per scenario and the same report into the repository's
+// BENCHMARKS.md, between its markers.
 package outage

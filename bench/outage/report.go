@@ -12,12 +12,12 @@ import (
 func WriteMarkdown(w io.Writer, n int, sc *Scenario, results []*Result) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### %d. %s\n\n%s.\n\n", n, sc.Name, sc.About)
-	b.WriteString("| strategy | answered | by primary | by secondary | p50 | p95 | p99 | sent | sent/answer | billed/answer | answered 429 | early sends | parked at deadline |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	b.WriteString("| strategy | answered | by primary | by secondary | p50 | p95 | p99 | p95 to any outcome | sent | sent/answer | billed/answer | answered 429 | early sends | parked at deadline |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s (%d) | %d | %d | %s | %s | %s | %d | %s | %s | %d | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %s (%d) | %d | %d | %s | %s | %s | %s | %d | %s | %s | %d | %d | %d |\n",
 			r.Strategy, percent(r.Answered, r.Requests), r.Answered, r.ByPrimary, r.BySecond,
-			seconds(r.P50), seconds(r.P95), seconds(r.P99),
+			seconds(r.P50), seconds(r.P95), seconds(r.P99), seconds(r.P95Done),
 			r.Sent, ratio(r.SentPerAnswer(), r.Answered), ratio(r.BilledPerAnswer(), r.Answered),
 			r.Got429, r.Early, r.Parked)
 	}
@@ -54,7 +54,7 @@ func Report(w io.Writer, seed uint64, scenarios []Scenario, results [][]*Result,
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Outcomes under outage (seed %d)\n\n", seed)
 	b.WriteString("Written by `cd bench && go test ./outage -run TestWriteReport -update`: every scenario played in virtual time (testing/synctest) against every strategy; the same seed gives these tables byte for byte.\n\n")
-	b.WriteString("Columns: answered within the deadline (all answers when there is none), by which provider; time from arrival to answer (nearest rank, over the answered); requests that reached a provider; billed = answers, truncations and generations cut by a timeout; requests answered 429; early sends = requests sent to a provider before the retry-after it gave that caller ran out; parked = callers in a wait, with no request in flight, when their deadline passed.\n\n")
+	b.WriteString("Columns: answered within the deadline (all answers when there is none), by which provider; time from arrival to answer (nearest rank, over the answered); p95 time from arrival to the strategy's return, answered or not (over every caller); requests that reached a provider; billed = answers, truncations and generations cut by a timeout; requests answered 429; early sends = requests sent to a provider before the retry-after it gave that caller ran out; parked = callers in a wait, with no request in flight, when their deadline passed.\n\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
@@ -79,10 +79,13 @@ func Report(w io.Writer, seed uint64, scenarios []Scenario, results [][]*Result,
 
 // invariants returns what llmretry must never do and did in one
 // scenario: an early send or a parked caller, with or without the
-// Breaker, and, with the Breaker, fewer answers than any peer. These are
-// counts, not timings, so a test can fail on them.
+// Breaker, and, with the Breaker, fewer answers than any peer or a later
+// p95 time to any outcome than the same chain without it. The counts are
+// exact and the times are on the bubble's clock, the same on every
+// replay, so a test can fail on them.
 func invariants(results []*Result) []string {
 	var broken []string
+	plain := withoutBreaker(results)
 	for _, r := range results {
 		if r.Peer {
 			continue
@@ -96,6 +99,12 @@ func invariants(results []*Result) []string {
 		if !r.Breaker {
 			continue
 		}
+		// A breaker is there to spare calls a dead backend; a call it
+		// holds longer than the chain would have taken without it, to
+		// answer or to give up, is one it made worse.
+		if plain != nil && r.P95Done > plain.P95Done {
+			broken = append(broken, fmt.Sprintf("%s: p95 to any outcome %s, later than %s's %s", r.Strategy, seconds(r.P95Done), plain.Strategy, seconds(plain.P95Done)))
+		}
 		for _, p := range results {
 			if p.Peer && p.Answered > r.Answered {
 				broken = append(broken, fmt.Sprintf("%s: answered %d, fewer than %s's %d", r.Strategy, r.Answered, p.Strategy, p.Answered))
@@ -103,6 +112,17 @@ func invariants(results []*Result) []string {
 		}
 	}
 	return broken
+}
+
+// withoutBreaker returns llmretry's row without the Breaker, nil when
+// results have none.
+func withoutBreaker(results []*Result) *Result {
+	for _, r := range results {
+		if !r.Peer && !r.Breaker {
+			return r
+		}
+	}
+	return nil
 }
 
 // targets says, in one line each, where llmretry with its Breaker stands
@@ -128,7 +148,7 @@ func targets(sc *Scenario, results []*Result) []string {
 	if br == nil {
 		return append(lines, "not yet measured: the targets of llmretry + Breaker (not in this build)")
 	}
-	var fewer, slower, costlier []string
+	var fewer, slower, slowerDone, costlier []string
 	asMany := 0 // peers that answered at least as many
 	for _, p := range results {
 		if !p.Peer {
@@ -142,16 +162,23 @@ func targets(sc *Scenario, results []*Result) []string {
 			if p.P95 < br.P95 {
 				slower = append(slower, fmt.Sprintf("%s %s", p.Strategy, seconds(p.P95)))
 			}
+			if p.P95Done < br.P95Done {
+				slowerDone = append(slowerDone, fmt.Sprintf("%s %s", p.Strategy, seconds(p.P95Done)))
+			}
 			if p.SentPerAnswer() < br.SentPerAnswer() {
 				costlier = append(costlier, fmt.Sprintf("%s %.2f", p.Strategy, p.SentPerAnswer()))
 			}
 		}
 	}
 	mark(len(fewer) == 0, fmt.Sprintf("%s: answered %d ≥ every peer's%s", br.Strategy, br.Answered, against(fewer)))
+	if plain := withoutBreaker(results); plain != nil {
+		mark(br.P95Done <= plain.P95Done, fmt.Sprintf("%s: p95 to any outcome %s ≤ %s's %s", br.Strategy, seconds(br.P95Done), plain.Strategy, seconds(plain.P95Done)))
+	}
 	if asMany == 0 {
-		lines = append(lines, fmt.Sprintf("met: %s: p95 %s and sent per answer %.2f (no peer answered as many)", br.Strategy, seconds(br.P95), br.SentPerAnswer()))
+		lines = append(lines, fmt.Sprintf("met: %s: p95 %s, p95 to any outcome %s and sent per answer %.2f (no peer answered as many)", br.Strategy, seconds(br.P95), seconds(br.P95Done), br.SentPerAnswer()))
 	} else {
 		mark(len(slower) == 0, fmt.Sprintf("%s: p95 %s ≤ that of every peer that answered as many%s", br.Strategy, seconds(br.P95), against(slower)))
+		mark(len(slowerDone) == 0, fmt.Sprintf("%s: p95 to any outcome %s ≤ that of every peer that answered as many%s", br.Strategy, seconds(br.P95Done), against(slowerDone)))
 		mark(len(costlier) == 0, fmt.Sprintf("%s: sent per answer %.2f ≤ that of every peer that answered as many%s", br.Strategy, br.SentPerAnswer(), against(costlier)))
 	}
 	mark(br.Early == 0 && br.Parked == 0, fmt.Sprintf("%s: %d early sends, %d parked at their deadline", br.Strategy, br.Early, br.Parked))

@@ -18,6 +18,7 @@ type Result struct {
 	P50       time.Duration // time to answer, over the answered, nearest rank
 	P95       time.Duration //
 	P99       time.Duration //
+	P95Done   time.Duration // time from arrival to the strategy's return, answered or not, over every caller, nearest rank
 	Sent      int           // requests that reached a provider
 	Billed    int           // answers, truncations and generations cut by a timeout
 	Got429    int           // requests answered 429
@@ -53,9 +54,10 @@ func (w *world) result(st Strategy) *Result {
 		SentBins: w.sentBins,
 		AnsBins:  w.ansBins,
 	}
-	var times []time.Duration
+	var times, done []time.Duration
 	for _, c := range w.calls {
 		r.Early += c.early
+		done = append(done, c.done-c.arrive)
 		if c.answered && (c.deadline == 0 || c.answeredAt <= c.deadline) {
 			r.Answered++
 			if c.by == 0 {
@@ -71,6 +73,8 @@ func (w *world) result(st Strategy) *Result {
 	}
 	slices.Sort(times)
 	r.P50, r.P95, r.P99 = quantile(times, 0.50), quantile(times, 0.95), quantile(times, 0.99)
+	slices.Sort(done)
+	r.P95Done = quantile(done, 0.95)
 	return r
 }
 
