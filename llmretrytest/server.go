@@ -73,8 +73,10 @@ type Request struct {
 	N      int       // 1-based count of requests for this model, this one included
 	// Step is what the server played, as [Step.String] names it; or
 	// "status 404" for a model with no script, "status 400" or
-	// "status 413" for a body the server could not use, and "down" for a
-	// request that reached a server already down.
+	// "status 413" for a body the server could not use, "down" for a
+	// request that reached a server already down, and "status 429
+	// requests" or "status 429 tokens" for one its model's limits
+	// refused ([Server.Limit]).
 	Step string
 	// Header is a copy of the request's header as the server read it,
 	// as http.Request.Header holds it: keys canonical, and Host not among
