@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -551,6 +552,35 @@ func FuzzParseLimits(f *testing.F) {
 		}
 		if ok != anyKnown {
 			t.Errorf("parseLimits() ok = %v, want %v", ok, anyKnown)
+		}
+	})
+}
+
+// FuzzParseResetDuration checks the duration parser against the standard
+// library's: what it accepts, time.ParseDuration reads as the same
+// duration (to the nanosecond its float arithmetic may lose), never
+// negative and never above maxReset.
+func FuzzParseResetDuration(f *testing.F) {
+	for _, s := range []string{"1s", "6m0s", "20ms", "1.5s", "2m59.56s", "1h2m3s", "0", "250µs", "1.0000000009s", "-1s", "1s1h", "48h", "9999h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseResetDuration(s)
+		if !ok {
+			if got != 0 {
+				t.Errorf("parseResetDuration(%q) = %v, false; want 0 when refused", s, got)
+			}
+			return
+		}
+		if got < 0 || got > maxReset {
+			t.Errorf("parseResetDuration(%q) = %v, out of [0, maxReset]", s, got)
+		}
+		want, err := time.ParseDuration(strings.TrimSpace(s))
+		if err != nil {
+			t.Fatalf("parseResetDuration(%q) = %v, true; time.ParseDuration refuses it: %v", s, got, err)
+		}
+		if diff := got - want; diff < -time.Nanosecond || diff > time.Nanosecond {
+			t.Errorf("parseResetDuration(%q) = %v, want %v as time.ParseDuration reads it", s, got, want)
 		}
 	})
 }

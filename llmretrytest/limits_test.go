@@ -315,3 +315,48 @@ func TestLimitPanics(t *testing.T) {
 		})
 	}
 }
+
+// A burst of concurrent requests larger than the bucket: exactly Burst
+// are let through, the rest refused, each response's remaining agrees
+// with how many went before it, and the log holds every request.
+func TestLimitConcurrentBurst(t *testing.T) {
+	t.Parallel()
+	const burst, calls = 5, 20
+	s, _ := limitedServer(t) // the clock stands still: no refill
+	s.Script("m", Answer("x"))
+	s.Limit("m", Limits{Requests: Bucket{Rate: 1, Burst: burst}})
+	c := newClient(t)
+	var wg sync.WaitGroup
+	statuses := make([]int, calls)
+	remaining := make([]string, calls)
+	for i := range calls {
+		wg.Go(func() {
+			got := call(t, c, s, "openai", "m", false)
+			if got.err != nil {
+				t.Errorf("call %d: %v", i, got.err)
+				return
+			}
+			statuses[i], remaining[i] = got.status(), got.resp.Header.Get("X-Ratelimit-Remaining-Requests")
+		})
+	}
+	wg.Wait()
+	count := map[int]int{}
+	seen := map[string]int{}
+	for i := range calls {
+		count[statuses[i]]++
+		if statuses[i] == 200 {
+			seen[remaining[i]]++
+		} else if remaining[i] != "0" {
+			t.Errorf("a refusal says %q remaining, want 0", remaining[i])
+		}
+	}
+	if diff := cmp.Diff(map[int]int{200: burst, 429: calls - burst}, count); diff != "" {
+		t.Errorf("statuses (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"4": 1, "3": 1, "2": 1, "1": 1, "0": 1}, seen); diff != "" {
+		t.Errorf("remaining of the answers (-want +got):\n%s", diff)
+	}
+	if n := len(s.Requests()); n != calls {
+		t.Errorf("len(Requests()) = %d, want %d", n, calls)
+	}
+}
