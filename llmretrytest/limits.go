@@ -179,8 +179,10 @@ func (s *Server) admit(model, api string, st Step, now time.Time) (Step, bool) {
 			out = out.WithHeader("Retry-After-Ms", strconv.FormatInt(int64(ms), 10))
 		}
 	}
-	own := make(map[string]bool, len(st.headers))
-	for _, kv := range st.headers {
+	// The step's own headers win over the server's; a refusal is not
+	// the step, and sends the server's.
+	own := make(map[string]bool, len(out.headers))
+	for _, kv := range out.headers {
 		own[http.CanonicalHeaderKey(kv[0])] = true
 	}
 	var limitHeaders [][2]string

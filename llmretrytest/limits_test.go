@@ -280,6 +280,15 @@ func TestLimitEveryResponse(t *testing.T) {
 			t.Errorf("status %d, remaining %q; want %d, %q", got.status(), got.resp.Header.Values("X-Ratelimit-Remaining-Requests"), want.status, want.remaining)
 		}
 	}
+	// A refusal is not the step: it sends the server's reading.
+	s.Script("n", Answer("x").WithHeader("x-ratelimit-remaining-requests", "42"))
+	s.Limit("n", Limits{Requests: Bucket{Rate: 1, Burst: 1}})
+	for _, want := range []string{"42", "0"} {
+		if got := call(t, c, s, "openai", "n", false).resp.Header.Values("X-Ratelimit-Remaining-Requests"); len(got) != 1 || got[0] != want {
+			t.Errorf("remaining = %q, want %q", got, want)
+		}
+	}
+
 	s.Limit("m", Limits{})
 	got := call(t, c, s, "openai", "m", false)
 	if h := limitHeaders("openai", got.resp.Header); got.status() != 200 || len(h) != 0 {
