@@ -59,6 +59,15 @@
 // send plays a step: build clients with option.WithMaxRetries(0) when a
 // test counts requests or expects a step to reach the code under test.
 //
+// # Rate limits
+//
+// [Server.Limit] puts a model behind a provider's rate limits: a
+// [Bucket] of requests and one of tokens, which refuse a request they
+// cannot pay for with a 429 and Retry-After, and report how they stand
+// on every response, in the OpenAI or Anthropic rate-limit headers as
+// each provider documents them. Use it to test code that paces its
+// requests by those headers.
+//
 // # Timing
 //
 // [Step.After] delays a response and [Step.Every] spaces a stream's

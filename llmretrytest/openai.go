@@ -50,6 +50,10 @@ func openAIError(status int, st Step, model string) (errType, code, param, messa
 			"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages."
 	case kindStreamError:
 		return st.errType, "", "", "The server had an error while processing your request: " + st.errType + "."
+	case kindStatus:
+		if st.errType != "" { // refused by the model's limits
+			return st.errType, "rate_limit_exceeded", "", "Rate limit reached for " + st.errType + "."
+		}
 	}
 	switch {
 	case status == http.StatusUnauthorized:

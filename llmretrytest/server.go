@@ -45,6 +45,11 @@ type Server struct {
 	counts  map[string]int // requests per model, for Request.N
 	log     []Request
 	down    bool
+	limits  map[string]*limiter // by model, as Limit sets them
+	// now, when set by an in-package test, is the clock the server reads
+	// for Request.Time and its buckets, so refill can be tested in a time
+	// of the test's own; nil is time.Now.
+	now func() time.Time
 	// trace, when set by an in-package test, sees each request when its
 	// handler starts ("start", before the body is read, so with an empty
 	// Request), when it is logged ("arrive") and when its handler returns
@@ -68,8 +73,10 @@ type Request struct {
 	N      int       // 1-based count of requests for this model, this one included
 	// Step is what the server played, as [Step.String] names it; or
 	// "status 404" for a model with no script, "status 400" or
-	// "status 413" for a body the server could not use, and "down" for a
-	// request that reached a server already down.
+	// "status 413" for a body the server could not use, "down" for a
+	// request that reached a server already down, and "status 429
+	// requests" or "status 429 tokens" for one its model's limits
+	// refused ([Server.Limit]).
 	Step string
 	// Header is a copy of the request's header as the server read it,
 	// as http.Request.Header holds it: keys canonical, and Host not among
@@ -305,6 +312,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 // request.
 func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h http.Header) (st Step, ok bool) {
 	s.mu.Lock()
+	now := time.Now()
+	if s.now != nil {
+		now = s.now()
+	}
 	s.counts[in.Model]++
 	n := s.counts[in.Model]
 	down := s.down
@@ -317,11 +328,15 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h ht
 	case sc == nil:
 		name = statusName(http.StatusNotFound)
 	default:
-		st, ok = sc.steps[min(sc.next, len(sc.steps)-1)], true
-		sc.next++
+		var admitted bool
+		st, admitted = s.admit(in.Model, ep.name, sc.steps[min(sc.next, len(sc.steps)-1)], now)
+		if admitted { // a request its limits refused never reached the model
+			sc.next++
+		}
+		ok = true
 		name = st.String()
 	}
-	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: time.Now(), N: n, Step: name, Header: h}
+	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
 	s.log = append(s.log, x.req)
 	s.mu.Unlock()

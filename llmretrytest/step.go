@@ -42,7 +42,7 @@ type Step struct {
 	text    string      // Answer, Truncated
 	status  int         // Status
 	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
-	errType string      // StreamError
+	errType string      // StreamError; for Status, the bucket that refused a request (Limit)
 	size    int64       // HugeBody
 	headers [][2]string // WithHeader, in the order given
 	after   time.Duration
@@ -78,6 +78,9 @@ func (s Step) String() string {
 	case kindTruncated:
 		return "truncated"
 	case kindStatus:
+		if s.errType != "" { // a refusal by the model's limits: "requests" or "tokens"
+			return statusName(s.status) + " " + s.errType
+		}
 		return statusName(s.status)
 	case kindInsufficientQuota:
 		return statusName(429) + " insufficient_quota"
