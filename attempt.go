@@ -35,7 +35,11 @@ type Attempt struct {
 	// Skipped says no request was sent: the backend's Breaker was open.
 	// Kind is then the Kind of the failure that opened it, Why is
 	// "breaker" (or what ended the wait for it), Elapsed is zero, and
-	// RetryAfter is the time until the breaker half-opened.
+	// RetryAfter is the time until the breaker half-opened. A call that
+	// waited for the breaker and was then let through has a skip with
+	// Next retry, written when the wait ended: Start is when the wait
+	// began and RetryIn how long it lasted; the request sent next has
+	// the same Try.
 	Skipped bool
 }
 

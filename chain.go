@@ -85,6 +85,12 @@ type Policy struct {
 	// [w*(1-Jitter), w] (a repeated wait is still never under a second).
 	// It must lie in [0, 1]; 0 means exact waits.
 	Jitter float64
+	// MaxTries caps the requests sent to this backend in one call, the
+	// first included: a call that has sent MaxTries gives up on it with
+	// Why [WhyWaitsUsed], even while the last wait would still repeat
+	// under a deadline. 0 means no cap beyond the other rules; negative
+	// is a configuration error.
+	MaxTries int
 }
 
 // Backend is one model in a [Chain]: how to call it and how hard to retry
@@ -126,6 +132,18 @@ type Backend[Req, Resp any] struct {
 	// retry-after hint is the wait itself rather than a floor under the
 	// policy's wait. Share one pointer among every chain that calls the
 	// same deployment. nil means none.
+	//
+	// A call waits for the breaker only when the backend is the last it
+	// can try, and never longer than it would have spent retrying the
+	// backend without one: the waits of Retry it has not used yet (from
+	// the try it is about to make; under a deadline, a positive last wait
+	// repeats up to MaxTries, and without a cap only the deadline bounds
+	// it), no further than MaxWait from when it began to wait, and ending
+	// with the reserve still left before the deadline. A breaker that a
+	// retry-after hint opened is the exception: the provider said when it
+	// would be back, so the call may wait it out within MaxWait and the
+	// reserve. When the breaker will not half-open within the bound, the
+	// call does not wait: it stops, with Why [WhyBreaker].
 	Breaker *Breaker
 }
 
@@ -173,9 +191,9 @@ func (e *configError) Unwrap() error       { return ErrConfig }
 func (e *configError) ItemRetryable() bool { return false }
 
 // Validate reports the first configuration mistake in the chain, or nil:
-// no backends, a nil Call, a negative wait, Timeout or StallTimeout, a
-// Jitter outside [0, 1], or Reserve, MaxWait or Jitter set while Waits is
-// empty. The error names the backend by index and Model and wraps
+// no backends, a nil Call, a negative wait, Timeout, StallTimeout or
+// MaxTries, a Jitter outside [0, 1], or Reserve, MaxWait, Jitter or
+// MaxTries set while Waits is empty. The error names the backend by index and Model and wraps
 // [ErrConfig]. Do runs the same checks before calling any backend.
 func (c *Chain[Req, Resp]) Validate() error {
 	if c == nil {
@@ -215,6 +233,9 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 			return bad("wait " + strconv.Itoa(j+1) + " is negative")
 		}
 	}
+	if p.MaxTries < 0 {
+		return bad("max tries " + strconv.Itoa(p.MaxTries) + " is negative")
+	}
 	if math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1 {
 		return bad("jitter " + strconv.FormatFloat(p.Jitter, 'g', -1, 64) + " is outside [0, 1]")
 	}
@@ -228,6 +249,8 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 			return bad("max wait is set but waits is empty")
 		case p.Jitter != 0:
 			return bad("jitter is set but waits is empty")
+		case p.MaxTries != 0:
+			return bad("max tries is set but waits is empty")
 		}
 	}
 	return nil
@@ -490,8 +513,10 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 // reports whether the attempt is the breaker's half-open probe. While the
 // breaker is open it records a skipped attempt and reports false: the call
 // fails over, or, when b is the last backend it can try, waits for the
-// breaker for as long as a retry-after hint could hold it, and stops when
-// that is not enough.
+// breaker within the bound that [Backend.Breaker] states, and stops when
+// that is not enough. A wait that ends in the request being sent is
+// recorded, when it ends, as a skip whose Next is retry and RetryIn the
+// time waited.
 func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
 	br := b.Breaker
 	if br == nil {
@@ -500,13 +525,31 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bo
 	w := r.line // kept over the wait before this retry, if any
 	r.line, r.lineOf = nil, nil
 	defer func() { br.leave(w) }()
-	var limit time.Time // the longest this call may wait for the breaker
+	var (
+		began    time.Time // when the call began to wait; zero until it does
+		limit    time.Time // the longest it may wait for any breaker
+		waitsEnd time.Time // the longest it may wait for one no hint opened
+		bounded  bool      // waitsEnd bounds the wait
+		seen     verdict   // the last verdict that held the call back
+	)
 	for {
 		now := time.Now()
 		v := br.admit(now, w)
 		if v.pass {
+			if !began.IsZero() {
+				r.waited(b, bi, try, began, now, seen)
+			}
 			return v.probe, true
 		}
+		if v.held {
+			// Let go, at its turn in the breaker's line.
+			if !sleepUntil(r.ctx, v.until, v.changed) {
+				r.skip(b, bi, try, time.Now(), seen, NextStop, whyCtx(r.ctx.Err()))
+				return false, false
+			}
+			continue
+		}
+		seen = v
 		if last := r.pos == r.planned()-1; !last || r.nested {
 			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
@@ -514,17 +557,23 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bo
 			return false, false
 		}
 		// The last backend the call can try: wait for it to half-open, or
-		// for a probe in flight to end, for as long as a retry-after hint
-		// could hold the call: MaxWait from now, and while the reserve
-		// still fits before the deadline.
-		if limit.IsZero() {
-			limit = r.waitLimit(&b.Retry, now)
+		// for a probe in flight to end, within the bound.
+		if began.IsZero() {
+			began, limit = now, r.waitLimit(&b.Retry, now)
+			var d time.Duration
+			if d, bounded = r.unusedWaits(&b.Retry, try); bounded {
+				waitsEnd = now.Add(d)
+			}
+		}
+		end := limit
+		if bounded && !v.hinted {
+			end = minTime(end, waitsEnd)
 		}
 		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
 			r.skip(b, bi, try, now, v, NextStop, WhyDeadline)
 			return false, false
 		}
-		if !now.Before(limit) || (!v.until.IsZero() && (v.until.After(limit) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
+		if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
 			r.skip(b, bi, try, now, v, NextStop, WhyBreaker)
 			return false, false
 		}
@@ -532,17 +581,63 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bo
 			w = br.join(r.start, now)
 			continue // now in line, it may be this call's turn
 		}
-		wake := limit
+		wake := end
 		if !v.until.IsZero() {
 			wake = v.until
 		}
-		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(limit) {
-			// The caller's context ended the wait. (At the limit itself the
+		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(end) {
+			// The caller's context ended the wait. (At the bound itself the
 			// breaker decides, whichever timer fired first.)
 			r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err()))
 			return false, false
 		}
 	}
+}
+
+// unusedWaits is the time a call would still spend waiting between tries
+// of a backend with policy p, without a breaker, from try number try on:
+// the waits after this try and each later one that the policy allows.
+// bounded is false when only the deadline bounds them: under a deadline,
+// without MaxTries, a positive last wait repeats until the reserve no
+// longer fits. Jitter is left out: it only shortens waits.
+func (r *run[Req, Resp]) unusedWaits(p *Policy, try int) (d time.Duration, bounded bool) {
+	n := len(p.Waits)
+	_, hasDeadline := r.ctx.Deadline()
+	repeats := hasDeadline && n > 0 && p.Waits[n-1] > 0
+	if repeats && p.MaxTries == 0 {
+		return 0, false
+	}
+	// The retry after try t (for t from try on, while try t+1 is within
+	// MaxTries) waits Waits[t-1], and then the repeated last wait.
+	lastRetry := n
+	if repeats || (p.MaxTries > 0 && p.MaxTries-1 < n) {
+		lastRetry = p.MaxTries - 1
+	}
+	for t := try; t <= min(lastRetry, n); t++ {
+		d += p.Waits[t-1]
+	}
+	if more := lastRetry - max(n, try-1); more > 0 {
+		rep := max(p.Waits[n-1], minRepeat)
+		if time.Duration(more) > maxOpen/rep {
+			return 0, false // longer than anything else bounds
+		}
+		d += time.Duration(more) * rep
+	}
+	return d, true
+}
+
+// waited records that the call waited for backend b's breaker from began
+// until now, when try number try was let through; v is the last verdict
+// that held it back.
+func (r *run[Req, Resp]) waited(b *Backend[Req, Resp], bi, try int, began, now time.Time, v verdict) {
+	a := Attempt{
+		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
+		Start: began, Skipped: true, Next: NextRetry, RetryIn: now.Sub(began),
+	}
+	if !v.until.IsZero() {
+		a.RetryAfter = max(v.until.Sub(began), 0)
+	}
+	r.record(a)
 }
 
 // waitLimit is the latest moment a call that began waiting for a breaker
@@ -702,6 +797,8 @@ func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Dura
 	n := len(p.Waits)
 	var w time.Duration
 	switch {
+	case p.MaxTries > 0 && try >= p.MaxTries:
+		return 0, WhyWaitsUsed
 	case try <= n:
 		w = jitter(p.Waits[try-1], p.Jitter)
 	case hasDeadline && n > 0 && p.Waits[n-1] > 0:
