@@ -650,25 +650,18 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			}
 		}
 		r.Next, r.RetryIn = llmretry.NextRetry, in
+		decided := mc.now
 		mc.emit(r)
-		// The wait is checked again once OnAttempt returns: a slow
-		// hook turns a retry into a give-up for the reserve, which
-		// the record in the error (not the one the hook saw) says.
+		// Chain.OnAttempt: the wait is measured from the decision, so a
+		// slow hook's time is part of it; only the caller's cancel or
+		// deadline cuts it short, and the record in the error (not the
+		// one the hook saw) then says stop.
 		if mc.deadAt <= mc.now && mc.deadAt < mc.cancelAt {
 			mc.cutWait(llmretry.WhyDeadline)
 			mc.exhaust()
 			return true
 		}
-		if mc.cancelAt > mc.now && !mc.fits(p, in) {
-			a := &mc.out.Attempts[len(mc.out.Attempts)-1]
-			a.Why, a.RetryIn, a.Next = llmretry.WhyReserve, 0, llmretry.NextFailOver
-			if last {
-				a.Next = llmretry.NextStop
-				mc.exhaust()
-			}
-			return last
-		}
-		if mc.sleep(in) {
+		if mc.sleep(max(decided+in-mc.now, 0)) {
 			return true
 		}
 	}
