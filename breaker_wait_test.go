@@ -327,3 +327,33 @@ func TestBreakerHandOffDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// A caller that withdraws while OnAttempt hears of its wait for the
+// breaker sends nothing: the error's record of the wait says stop,
+// cancelled, and the probe it was let through for goes to the next call.
+func TestBreakerCancelledDuringWaitRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		tripFor(t, br, 10*sec)
+		a := newDesk("a", takes(0))
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}, OnAttempt: func(context.Context, llmretry.Attempt) { cancel() }}
+		_, err := c.Do(ctx, "waiter")
+		var cn *llmretry.Cancelled
+		if !errors.As(err, &cn) {
+			t.Fatalf("Do() error = %v, want a *Cancelled", err)
+		}
+		want := []llmretry.Attempt{{Model: "a", Try: 1, Kind: llmretry.KindTransient, Start: start, RetryAfter: 10 * sec, Skipped: true, Next: llmretry.NextStop, Why: llmretry.WhyCancelled}}
+		if diff := cmp.Diff(want, cn.Attempts, attemptOpts); diff != "" {
+			t.Errorf("error's records (-want +got):\n%s", diff)
+		}
+		other := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		if got, err := other.Do(context.Background(), "next"); got != "a: next" || err != nil {
+			t.Errorf("next Do() = %q, %v, want %q, nil: the probe passed on", got, err, "a: next")
+		}
+		if diff := cmp.Diff([]sent{{10 * sec, "next"}}, a.log()); diff != "" {
+			t.Errorf("requests to a (-want +got):\n%s", diff)
+		}
+	})
+}

@@ -351,6 +351,16 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 		}
 		probe, skip, ok := r.admit(b, bi, try, line)
 		line = nil
+		if err := r.ctx.Err(); ok && err != nil {
+			// The caller withdrew while OnAttempt heard of a wait for the
+			// breaker: send nothing, and give the probe, if it was one, to
+			// the next call.
+			if probe {
+				b.Breaker.observe(time.Now(), false, KindCancelled, 0, true, 0)
+			}
+			r.keep(whyCtx(err))
+			return resp, l, r.fail(err, context.Cause(r.ctx)), true
+		}
 		if !ok {
 			r.hand(skip)
 			if skip.Next == NextStop {

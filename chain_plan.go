@@ -47,8 +47,10 @@ func (p plan) last(k Kind) bool {
 }
 
 // next is the plan after the call left backend bi, at the plan's
-// position, as l says.
+// position, as l says. After the backend that last called the last, the
+// plan is done.
 func (p plan) next(bi int, l left) plan {
+	secondPass := !p.last(l.kind) && p.pos == p.n+len(p.revisit)-1
 	switch {
 	case l.why == WhyBreaker:
 		// Skipped, or left because its breaker would still be open when
@@ -64,9 +66,7 @@ func (p plan) next(bi int, l left) plan {
 		// them is worth coming back to. One skipped later still may be.
 		p.deferred = nil
 	}
-	if p.pos == p.n+len(p.revisit)-1 && len(p.deferred) > 0 && !p.revisited {
-		// The call failed over from the end, so last said no: the second
-		// pass.
+	if secondPass {
 		p.revisit, p.deferred, p.revisited = p.deferred, nil, true
 	}
 	p.pos++

@@ -495,6 +495,18 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				r.Next, r.Why, r.RetryIn = llmretry.NextRetry, "", wait
 				mc.emit(r)
 				base.Start = mc.now
+				// The context is checked again once OnAttempt returns:
+				// nothing is sent after a cancel or the deadline.
+				if mc.cancelAt <= mc.now && mc.cancelAt < mc.deadAt {
+					mc.cutWait(llmretry.WhyCancelled)
+					mc.cancelled(mc.cancelBy)
+					return true
+				}
+				if mc.deadAt <= mc.now {
+					mc.cutWait(llmretry.WhyDeadline)
+					mc.exhaust()
+					return true
+				}
 			}
 			probe = true
 		}
