@@ -48,9 +48,9 @@ const DefaultCooldown = 30 * time.Second
 //     calls, the one whose Do began first gets the probe, so outcomes do
 //     not depend on goroutine scheduling.
 //   - When it closes while calls wait for it, they go in the same order,
-//     one millisecond ([handOff]) apart: let go together, they would reach
-//     the backend at one instant, and which of them a rate-limited backend
-//     answered would depend on which goroutine ran first.
+//     one millisecond apart: let go together, they would reach the backend
+//     at one instant, and which of them a rate-limited backend answered
+//     would depend on which goroutine ran first.
 //   - A success of an attempt sent before the breaker opened closes it
 //     too, open or half-open (or hands it to the waiting calls): the
 //     backend has just answered.
