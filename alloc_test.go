@@ -83,3 +83,21 @@ func TestDoFailureAllocations(t *testing.T) {
 		})
 	}
 }
+
+// TestDoSuccessAllocationsUnderDeadline: under a deadline too, the success
+// path allocates once, the attempt's context (TestDoSuccessAllocations has
+// it without one).
+func TestDoSuccessAllocationsUnderDeadline(t *testing.T) {
+	ok := func(context.Context, string) (string, error) { return "ok", nil }
+	c := &chain{Backends: []backend{{Model: "a", Call: ok, Retry: llmretry.Policy{Waits: []time.Duration{time.Second}}}}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := c.Do(ctx, "hi"); err != nil {
+			t.Fatalf("Do() error = %v, want nil", err)
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("Do() made %v allocations, want at most 1", allocs)
+	}
+}

@@ -35,7 +35,11 @@ type Attempt struct {
 	// Skipped says no request was sent: the backend's Breaker was open.
 	// Kind is then the Kind of the failure that opened it, Why is
 	// "breaker" (or what ended the wait for it), Elapsed is zero, and
-	// RetryAfter is the time until the breaker half-opened.
+	// RetryAfter is the time until the breaker half-opened. A call that
+	// waited for the breaker and was then let through has a skip with
+	// Next retry, written when the wait ended: Start is when the wait
+	// began and RetryIn how long it lasted; the request sent next has
+	// the same Try.
 	Skipped bool
 }
 
@@ -53,14 +57,14 @@ type Why string
 
 const (
 	WhyNotRetryable Why = "not_retryable" // the attempt's Kind is not retried
-	WhyWaitsUsed    Why = "waits_used"    // the policy allows no further try: no waits, the list ran out without a deadline, or a zero last wait
+	WhyWaitsUsed    Why = "waits_used"    // the policy allows no further try: no waits, the list ran out without a deadline, a zero last wait, or Policy.MaxTries reached
 	WhyReserve      Why = "reserve"       // the next wait would end at or past the deadline, or leave less than the reserve
 	WhyMaxWait      Why = "max_wait"      // the server's retry-after was longer than Policy.MaxWait
 	WhyDelivered    Why = "delivered"     // output had reached the caller: nothing may be resent
 	WhyDeadline     Why = "deadline"      // the caller's deadline passed
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
-	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, or waited for in vain
+	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http

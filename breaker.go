@@ -35,9 +35,9 @@ const DefaultCooldown = 30 * time.Second
 //     panic, says nothing about the backend and is not counted.
 //   - Open, a call skips the backend without sending anything, and records
 //     the skip as an attempt (Skipped, Why "breaker"). When the backend is
-//     the last one the call can try, it waits instead, while the wait
-//     passes the checks a retry-after hint passes (MaxWait, and the
-//     deadline less the reserve); otherwise it stops.
+//     the last one the call can try, it waits instead, within the bounds
+//     that [Policy] states for a wait for a breaker; otherwise it stops,
+//     or fails over when it still has somewhere to go.
 //   - Half-open, after the open period, one call at a time goes through as
 //     a probe while others skip or wait. A transient or timeout failure
 //     opens it again for Cooldown, or until its own retry-after. An
@@ -47,8 +47,16 @@ const DefaultCooldown = 30 * time.Second
 //     refusal of the request included: the backend is up. Among waiting
 //     calls, the one whose Do began first gets the probe, so outcomes do
 //     not depend on goroutine scheduling.
+//   - When it closes while calls wait for it, they go in the same order,
+//     one millisecond apart: let go together, they would reach the backend
+//     at one instant, and which of them a rate-limited backend answered
+//     would depend on which goroutine ran first.
 //   - A success of an attempt sent before the breaker opened closes it
-//     too, open or half-open: the backend has just answered.
+//     too, open or half-open (or hands it to the waiting calls): the
+//     backend has just answered.
+//
+// Failures and Cooldown are read without the lock: set them before the
+// breaker's first use and do not change them after.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s
@@ -57,6 +65,7 @@ type Breaker struct {
 	fails   int              // consecutive retryable failures
 	until   time.Time        // open until then; zero when closed
 	kind    Kind             // the Kind of the failure that opened it
+	hinted  bool             // a retry-after hint set until: the provider said when it would be back
 	probing bool             // a probe is in flight
 	waiters []*breakerWaiter // calls waiting to send, the earliest-begun first
 	changed chan struct{}    // closed when the state changes; nil until a call waits on it
@@ -100,15 +109,18 @@ func (b *Breaker) openPast(t time.Time) bool {
 type breakerWaiter struct {
 	start time.Time // when the call's Do began: the line's order
 	ready time.Time // when the call comes to the breaker; until then it holds no one up
+	turn  time.Time // when a closing breaker let it go: it sends no earlier
 	seq   uint64
 }
 
 // verdict is a breaker's answer to a call that wants to send.
 type verdict struct {
 	pass    bool            // send now
+	held    bool            // closed, but the call's turn comes at until: wait for it
 	probe   bool            // as the half-open probe: report how it went
 	until   time.Time       // when it half-opens; zero while someone else probes
 	kind    Kind            // what opened it
+	hinted  bool            // a retry-after hint set its open period
 	changed <-chan struct{} // closed when the state changes
 }
 
@@ -118,14 +130,16 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
+	case b.until.IsZero() && w != nil && w.turn.After(now):
+		return verdict{held: true, until: w.turn, changed: b.notifier()}
 	case b.until.IsZero():
 		return verdict{pass: true}
 	case now.Before(b.until):
-		return verdict{until: b.until, kind: b.kind, changed: b.notifier()}
+		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	case b.probing || b.first(now) != w:
 		// Half-open, but the probe is someone else's: the waiting call
 		// that began first goes before anyone who just arrived.
-		return verdict{kind: b.kind, changed: b.notifier()}
+		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	}
 	b.probing = true
 	return verdict{pass: true, probe: true}
@@ -186,7 +200,7 @@ func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration,
 	defer b.wake()
 	switch {
 	case ok:
-		b.fails, b.until = 0, time.Time{}
+		b.answered(now)
 	case kind == KindCancelled:
 		// The caller withdrew, or its own deadline ended the attempt:
 		// nothing was learned about the backend. A probe's turn passes to
@@ -196,27 +210,49 @@ func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration,
 		if maxWait > 0 {
 			hint = min(hint, maxWait)
 		}
-		b.open(now, hint, kind)
+		b.open(now, hint, kind, true)
 	case aboutHealth(kind):
 		b.fails++
 		if probe || b.fails >= cmp.Or(b.Failures, DefaultBreakerFailures) {
-			b.open(now, cmp.Or(b.Cooldown, DefaultCooldown), kind)
+			b.open(now, cmp.Or(b.Cooldown, DefaultCooldown), kind, false)
 		}
 	case probe:
 		// The backend answered, if not with what was asked: it is up.
-		b.fails, b.until = 0, time.Time{}
+		b.answered(now)
 	}
 }
 
-// open keeps the breaker open for at least d from now.
-func (b *Breaker) open(now time.Time, d time.Duration, kind Kind) {
+// answered records that the backend answered at now: it is up, and the
+// breaker closes. The calls waiting for it get their turns, in line
+// order, handOff apart.
+func (b *Breaker) answered(now time.Time) {
+	if !b.until.IsZero() {
+		turn := now
+		for _, w := range b.waiters {
+			if !w.ready.After(now) {
+				w.turn = turn
+				turn = turn.Add(handOff)
+			}
+		}
+	}
+	b.fails, b.until, b.hinted = 0, time.Time{}, false
+}
+
+// handOff is the time between the turns of the calls that a closing
+// breaker lets go: enough to put them in order, too little to matter next
+// to a model's answer.
+const handOff = time.Millisecond
+
+// open keeps the breaker open for at least d from now; hinted says that d
+// is a retry-after hint.
+func (b *Breaker) open(now time.Time, d time.Duration, kind Kind, hinted bool) {
 	until := now.Add(min(d, maxOpen))
 	if !now.Before(b.until) {
 		// Closed (a zero until) or half-open: this opens it.
 		b.opened++
 	}
 	if until.After(b.until) {
-		b.until, b.kind = until, kind
+		b.until, b.kind, b.hinted = until, kind, hinted
 	}
 }
 

@@ -542,8 +542,11 @@ func TestBreakerLastBackendWaitsForHalfOpen(t *testing.T) {
 				if tc.cooldown > 0 {
 					cooldown = tc.cooldown
 				}
-				br := &llmretry.Breaker{Cooldown: tc.cooldown}
-				trip(t, br, busy("down"))
+				// Opened by a retry-after hint, which a waiting call may
+				// wait out within MaxWait and the reserve (the bound of its
+				// unused waits is breaker_wait_test.go's).
+				br := &llmretry.Breaker{}
+				tripFor(t, br, cooldown)
 				a := newDesk("a", takes(0))
 				time.Sleep(10 * sec)
 				ctx := context.Background()
@@ -564,7 +567,10 @@ func TestBreakerLastBackendWaitsForHalfOpen(t *testing.T) {
 					if diff := cmp.Diff([]sent{{cooldown, "hi"}}, a.log()); diff != "" {
 						t.Errorf("requests to a (-want +got):\n%s", diff)
 					}
-					want := []llmretry.Attempt{okRec(0, "a", 1, start.Add(cooldown), 0)}
+					want := []llmretry.Attempt{
+						waitRec(0, "a", 1, llmretry.KindTransient, start.Add(10*sec), cooldown-10*sec, cooldown-10*sec),
+						okRec(0, "a", 1, start.Add(cooldown), 0),
+					}
 					if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
 						t.Errorf("records (-want +got):\n%s", diff)
 					}
@@ -603,7 +609,7 @@ func TestBreakerLastBackendWaitsForProbe(t *testing.T) {
 		stopAt   time.Duration // when the waiting call stops; 0: it is answered
 	}{
 		{name: "probe_answers", wantReqs: []sent{{30 * sec, "probe"}, {40 * sec, "waiter"}}},
-		{name: "probe_fails", probe: busy("still down"), wantReqs: []sent{{30 * sec, "probe"}, {70 * sec, "waiter"}}},
+		{name: "probe_fails", probe: hintFailure(30 * sec), wantReqs: []sent{{30 * sec, "probe"}, {70 * sec, "waiter"}}},
 		{
 			name:     "reserve_runs_out",
 			policy:   llmretry.Policy{Waits: []time.Duration{sec}, Reserve: 5 * sec},
@@ -623,8 +629,10 @@ func TestBreakerLastBackendWaitsForProbe(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
+				// Opened, and opened again by a failed probe, by retry-after
+				// hints, which a waiting call may wait out.
 				br := &llmretry.Breaker{}
-				trip(t, br, busy("down"))
+				tripFor(t, br, 30*sec)
 				// The probe takes 10s; later requests answer at once.
 				a := newDesk("a", func(n int) (time.Duration, error) {
 					if n == 1 {
@@ -755,8 +763,12 @@ func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
+				// Open until 30s by a retry-after hint, which the call
+				// that comes back may wait out (a breaker opened by
+				// failures bounds the wait by the call's unused waits:
+				// breaker_wait_test.go).
 				br := &llmretry.Breaker{}
-				trip(t, br, busy("down")) // open until 30s
+				tripFor(t, br, 30*sec)
 				a := newDesk("a", takes(2*sec))
 				backends := []backend{{Model: "a", Call: a.Call, Breaker: br}}
 				for i, err := range tc.later {
@@ -785,7 +797,10 @@ func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
 						t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
 					}
 					wantReqs = []sent{{30 * sec, "hi"}}
-					want = append(want, okRec(0, "a", 1, start.Add(30*sec), 2*sec))
+					back := sec + time.Duration(len(tc.later))*3*sec // when the last later backend failed
+					want = append(want,
+						waitRec(0, "a", 1, llmretry.KindTransient, start.Add(back), 30*sec-back, 30*sec-back),
+						okRec(0, "a", 1, start.Add(30*sec), 2*sec))
 				case tc.stopAt > 0:
 					skip := skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.stopAt), 30*sec-tc.stopAt, stop, llmretry.WhyBreaker)
 					want = append(want, skip)
@@ -867,7 +882,8 @@ func TestBreakerHalfOpenLetsOneProbeThrough(t *testing.T) {
 		trip(t, br, busy("down")) // half-opens at 30s
 		a := newDesk("a", takes(5*sec))
 		b := newFake("b", answers)
-		only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		// A 5s wait of its own lets z wait that long for the probe.
+		only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(5 * sec), Breaker: br}}}
 		recY := newRecorder()
 		both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}, OnAttempt: recY.OnAttempt}
 
@@ -1018,18 +1034,20 @@ func TestBreakerCancelledProbePassesTheTurn(t *testing.T) {
 // a time, and the probe goes to the waiting call whose Do began first,
 // whatever order the calls reached the breaker in and however the
 // goroutines are scheduled. The earliest call reaches it last, through a
-// secondary that truncates.
+// secondary that truncates. When the probe answers, the others go in line
+// order, a millisecond apart.
 func TestBreakerHundredCallsOneProbe(t *testing.T) {
 	trunc := llmretry.Truncation("partial")
 	for run := range 20 {
 		perm := rand.Perm(100)
 		name := func(i int) string { return fmt.Sprintf("c%02d", perm[i]) }
 		synctest.Test(t, func(t *testing.T) {
+			// Opened by retry-after hints, which the calls wait out.
 			br := &llmretry.Breaker{}
-			trip(t, br, busy("down")) // half-opens at 30s
+			tripFor(t, br, 30*sec) // half-opens at 30s
 			// The first probe fails at 31s, opening it until 61s; the
 			// second answers at 62s.
-			a := newDesk("a", takes(sec, busy("still down")))
+			a := newDesk("a", takes(sec, hintFailure(30*sec)))
 			b := newDesk("b", func(int) (time.Duration, error) { return 3 * sec, trunc })
 			only := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
 			both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
@@ -1064,9 +1082,9 @@ func TestBreakerHundredCallsOneProbe(t *testing.T) {
 			if diff := cmp.Diff(want, reqs[:2]); diff != "" {
 				t.Errorf("run %d: the probes (-want +got):\n%s", run, diff)
 			}
-			for _, r := range reqs[2:] {
-				if r.At != 62*sec {
-					t.Errorf("run %d: request %v, want every other request at 62s, when the probe answered", run, r)
+			for k, r := range reqs[2:] {
+				if want := 62*sec + time.Duration(k)*ms; r.At != want {
+					t.Errorf("run %d: request %v, want the %d-th of the others at %v: from 62s, when the probe answered, a millisecond apart", run, r, k, want)
 				}
 			}
 		})
@@ -1093,8 +1111,10 @@ func TestBreakerCancelledWhileWaiting(t *testing.T) {
 			t.Parallel()
 			synctest.Test(t, func(t *testing.T) {
 				start := time.Now()
+				// Opened by a retry-after hint, which the waiter may wait
+				// out.
 				br := &llmretry.Breaker{}
-				trip(t, br, busy("down"))
+				tripFor(t, br, 30*sec)
 				lat := time.Duration(0)
 				if tc.probe {
 					lat = 10 * sec
@@ -1302,7 +1322,7 @@ func TestBreakerLeavesNothingBehind(t *testing.T) {
 		before := runtime.NumGoroutine()
 		start := time.Now()
 		br := &llmretry.Breaker{}
-		trip(t, br, busy("down"))
+		tripFor(t, br, 30*sec) // a retry-after hint: the calls may wait it out
 		a := newDesk("a", func(n int) (time.Duration, error) {
 			if n == 1 {
 				return 10 * sec, nil // the probe, from 30s to 40s

@@ -6,8 +6,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -95,6 +93,12 @@ type Policy struct {
 	// [w*(1-Jitter), w] (a repeated wait is still never under a second).
 	// It must lie in [0, 1]; 0 means exact waits.
 	Jitter float64
+	// MaxTries caps the requests sent to this backend in one call, the
+	// first included: a call that has sent MaxTries gives up on it with
+	// Why [WhyWaitsUsed], even while the last wait would still repeat
+	// under a deadline. 0 means no cap beyond the other rules; negative
+	// is a configuration error.
+	MaxTries int
 }
 
 // Backend is one model in a [Chain]: how to call it and how hard to retry
@@ -136,6 +140,18 @@ type Backend[Req, Resp any] struct {
 	// retry-after hint is the wait itself rather than a floor under the
 	// policy's wait. Share one pointer among every chain that calls the
 	// same deployment. nil means none.
+	//
+	// A call waits for the breaker only when the backend is the last it
+	// can try, and never longer than it would have spent retrying the
+	// backend without one: the waits of Retry it has not used yet (from
+	// the try it is about to make; under a deadline, a positive last wait
+	// repeats up to MaxTries, and without a cap only the deadline bounds
+	// it), no further than MaxWait from when it began to wait, and ending
+	// with the reserve still left before the deadline. A breaker that a
+	// retry-after hint opened is the exception: the provider said when it
+	// would be back, so the call may wait it out within MaxWait and the
+	// reserve. When the breaker will not half-open within the bound, the
+	// call does not wait: it stops, with Why [WhyBreaker].
 	Breaker *Breaker
 }
 
@@ -154,9 +170,14 @@ type Chain[Req, Resp any] struct {
 	Classify func(error) Kind
 	// OnAttempt, when set, is called with every attempt as it ends, success
 	// (Err == nil) included, with Next, Why and RetryIn already decided and
-	// before any wait. It runs on Do's goroutine, and its time is not
-	// charged to any attempt; a wait that no longer fits once it returns is
-	// not taken (the record in the returned error then says why). a.Err is
+	// before any wait; Do then carries out that decision. It runs on Do's
+	// goroutine, and its time is not charged to any attempt, but a wait is
+	// measured from the attempt's end, so a slow OnAttempt shortens it. The
+	// one exception: when the caller's own cancel or deadline cuts a wait
+	// (or the OnAttempt before it) short, Do stops, and the record in the
+	// returned error says stop and why while OnAttempt heard retry or fail
+	// over. A skip of a call that waited for a breaker is handed over when
+	// the wait ends (see [Attempt].Skipped). a.Err is
 	// the backend's error as it was returned, secrets and all: print the
 	// Attempt itself (its String, JSON and slog value are redacted) or
 	// pass the text through [Redact].
@@ -183,9 +204,9 @@ func (e *configError) Unwrap() error       { return ErrConfig }
 func (e *configError) ItemRetryable() bool { return false }
 
 // Validate reports the first configuration mistake in the chain, or nil:
-// no backends, a nil Call, a negative wait, Timeout or StallTimeout, a
-// Jitter outside [0, 1], or Reserve, MaxWait or Jitter set while Waits is
-// empty. The error names the backend by index and Model and wraps
+// no backends, a nil Call, a negative wait, Timeout, StallTimeout or
+// MaxTries, a Jitter outside [0, 1], or Reserve, MaxWait, Jitter or
+// MaxTries set while Waits is empty. The error names the backend by index and Model and wraps
 // [ErrConfig]. Do runs the same checks before calling any backend.
 func (c *Chain[Req, Resp]) Validate() error {
 	if c == nil {
@@ -225,6 +246,9 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 			return bad("wait " + strconv.Itoa(j+1) + " is negative")
 		}
 	}
+	if p.MaxTries < 0 {
+		return bad("max tries " + strconv.Itoa(p.MaxTries) + " is negative")
+	}
 	if math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1 {
 		return bad("jitter " + strconv.FormatFloat(p.Jitter, 'g', -1, 64) + " is outside [0, 1]")
 	}
@@ -238,6 +262,8 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 			return bad("max wait is set but waits is empty")
 		case p.Jitter != 0:
 			return bad("jitter is set but waits is empty")
+		case p.MaxTries != 0:
+			return bad("max tries is set but waits is empty")
 		}
 	}
 	return nil
@@ -273,43 +299,15 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 		return zero, &configError{"llmretry: context is nil"}
 	}
 	r := c.begin(ctx)
-	defer r.leaveLine()
-	for ; r.pos < r.planned(); r.pos++ {
-		bi := r.backend()
-		b := &c.Backends[bi]
-		// A backend come back to goes on with its tries and its waits
-		// where it left them: len(Waits) bounds its retries in the call.
-		for try := r.sent(bi) + 1; ; try++ {
-			if err := ctx.Err(); err != nil {
-				r.halt(whyCtx(err))
-				return zero, r.fail(err, context.Cause(ctx))
-			}
-			probe, ok := r.admit(b, bi, try)
-			if !ok {
-				break // skipped for its breaker, or stopped: the record says which
-			}
-			resp, a, end := r.attempt(b, bi, try, req, probe)
-			if a.Err == nil {
-				r.notify(a)
-				return resp, nil
-			}
-			wait := r.decide(b, &a, end)
-			r.record(a)
-			if a.Next == NextStop {
-				// The outcome is the state when the attempt ended, whatever
-				// happened during OnAttempt.
-				return zero, r.fail(end.ctxErr, end.cause)
-			}
-			if a.Next != NextRetry || !r.wait(b, wait) {
-				break
-			}
+	for !r.plan.done() {
+		bi := r.plan.backend()
+		resp, l, err, final := r.backend(&c.Backends[bi], bi, req)
+		if final {
+			return resp, err
 		}
-		if r.attempts[len(r.attempts)-1].Next == NextStop {
-			return zero, r.stopped()
-		}
-		r.failedOver(bi)
+		r.plan = r.plan.next(bi, l)
 	}
-	// Not reached: the last backend's last record always says stop.
+	// Not reached: the plan's last backend always ends the call.
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
 }
 
@@ -317,107 +315,93 @@ func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 type run[Req, Resp any] struct {
 	c        *Chain[Req, Resp]
 	ctx      context.Context
-	parent   *attemptCtx   // the enclosing chain's attempt, nil when there is none
-	nested   bool          // an enclosing attempt may be retried: make one attempt per backend
-	reserve  time.Duration // what a zero Policy.Reserve means for this call
-	attempts []Attempt     // every failed attempt so far
-	start    time.Time     // when Do began: its place in a breaker's line
+	parent   *attemptCtx // the enclosing chain's attempt, nil when there is none
+	nested   bool        // an enclosing attempt may be retried: make one attempt per backend
+	start    time.Time   // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
+	plan     plan
+	attempts []Attempt // the records kept so far
 
-	// The plan: every backend in order, then once more the ones skipped
-	// for their breakers, when every backend after them failed for a
-	// reason about the request (otherwise a breaker would turn a primary's
-	// recovery into the secondary's truncations).
-	pos       int   // position in the plan
-	revisit   []int // backends planned a second time
-	deferred  []int // backends skipped for their breakers, not yet revisited, after which no backend failed for its health
-	revisited bool  // the second pass has been planned
-
-	line   *breakerWaiter // the call's place in a breaker's line, kept over a retry's wait
-	lineOf *Breaker       // the breaker that line is for
-}
-
-// leaveLine gives up the call's place in a breaker's line, if it has one.
-func (r *run[Req, Resp]) leaveLine() {
-	if r.line != nil {
-		r.lineOf.leave(r.line)
-		r.line, r.lineOf = nil, nil
-	}
+	// The record handed to OnAttempt last, which Do keeps once it has
+	// carried out its decision (or the caller's context cut it short).
+	pending Attempt
+	handed  bool
 }
 
 // begin starts the state of one Do under ctx.
 func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
-	r := run[Req, Resp]{c: c, ctx: ctx, reserve: DefaultReserve, start: time.Now()}
+	r := run[Req, Resp]{c: c, ctx: ctx, plan: newPlan(len(c.Backends))}
 	// Only the outermost retrying request retries: an LM that wraps an LM
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
 	r.nested = r.parent != nil && r.parent.retrying
-	// A 60s reserve under a 30s deadline would turn off every retry, even
-	// the zero waits; half of what is left keeps room for both.
-	if deadline, ok := ctx.Deadline(); ok {
-		r.reserve = min(DefaultReserve, time.Until(deadline)/2)
-	}
 	return r
 }
 
-// planned is how many backends the plan holds so far.
-func (r *run[Req, Resp]) planned() int { return len(r.c.Backends) + len(r.revisit) }
-
-// backend is the index of the backend at the plan's position.
-func (r *run[Req, Resp]) backend() int {
-	if n := len(r.c.Backends); r.pos >= n {
-		return r.revisit[r.pos-n]
+// now reads the clock; the call's first reading is when it began.
+func (r *run[Req, Resp]) now() time.Time {
+	t := time.Now()
+	if r.start.IsZero() {
+		r.start = t
 	}
-	return r.pos
+	return t
 }
 
-// last reports whether the backend at the plan's position is the last
-// the call can try, after an attempt of Kind k: a failure about the
-// request sends the call back to the backends it skipped.
-func (r *run[Req, Resp]) last(k Kind) bool {
-	return r.pos == r.planned()-1 && !r.revisits(k)
-}
-
-// revisits reports whether a failure of Kind k at the end of the plan
-// sends the call back to the backends it skipped.
-func (r *run[Req, Resp]) revisits(k Kind) bool {
-	return !r.revisited && len(r.deferred) > 0 && !aboutHealth(k)
-}
-
-// sent is how many requests the call has sent to backend bi so far.
-func (r *run[Req, Resp]) sent(bi int) int {
-	n := 0
-	for i := range r.attempts {
-		if r.attempts[i].Backend == bi && !r.attempts[i].Skipped {
-			n++
+// backend sends req to backend b (index bi) and retries it as its policy
+// and breaker allow. It returns how the call left the backend, or, with
+// final, Do's result.
+func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp Resp, l left, err error, final bool) {
+	var line *breakerWaiter // the call's place in b's breaker's line, from a retry's wait to the next admission
+	// A backend come back to goes on with its tries and its waits where
+	// it left them: len(Waits) bounds its retries in the call.
+	for try := sentTo(r.attempts, bi) + 1; ; try++ {
+		if err := r.ctx.Err(); err != nil {
+			b.Breaker.leave(line)
+			r.keep(whyCtx(err))
+			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
-	}
-	return n
-}
-
-// aboutHealth reports whether a failure of Kind k says the backend is
-// unwell, rather than that it refused or fumbled this request.
-func aboutHealth(k Kind) bool { return k == KindTransient || k == KindTimeout }
-
-// failedOver moves the plan past backend bi, which the call gave up on.
-func (r *run[Req, Resp]) failedOver(bi int) {
-	switch a := &r.attempts[len(r.attempts)-1]; {
-	case a.Why == WhyBreaker:
-		// Skipped, or left because its breaker would still be open when
-		// the retry's wait ended: come back to it. A retry put off so
-		// failed for the backend's health, which rules out coming back to
-		// those skipped before it.
-		if !a.Skipped && aboutHealth(a.Kind) {
-			r.deferred = nil
+		probe, skip, ok := r.admit(b, bi, try, line)
+		line = nil
+		if err := r.ctx.Err(); ok && err != nil {
+			// The caller withdrew while OnAttempt heard of a wait for the
+			// breaker: send nothing, and give the probe, if it was one, to
+			// the next call.
+			if probe {
+				b.Breaker.observe(time.Now(), false, KindCancelled, 0, true, 0)
+			}
+			r.keep(whyCtx(err))
+			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
-		r.deferred = append(r.deferred, bi)
-	case aboutHealth(a.Kind):
-		// The outage is wider than the backends skipped so far: none of
-		// them is worth coming back to. One skipped later still may be.
-		r.deferred = nil
-	}
-	if r.pos == r.planned()-1 && len(r.deferred) > 0 {
-		// The last record said fail_over: last() promised a second pass.
-		r.revisit, r.deferred, r.revisited = r.deferred, nil, true
+		if !ok {
+			r.hand(skip)
+			if skip.Next == NextStop {
+				r.keep("")
+				return resp, l, r.stopped(skip.Why), true
+			}
+			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
+		}
+		resp, a, end := r.attempt(b, bi, try, req, probe)
+		if a.Err == nil {
+			r.keep("")
+			r.notify(a)
+			return resp, l, nil, true
+		}
+		d := r.decide(b, a, end)
+		a.Next, a.Why, a.RetryIn = d.next, d.why, d.wait
+		r.hand(a)
+		switch d.next {
+		case NextStop:
+			// The outcome is the state when the attempt ended, whatever
+			// happened during OnAttempt.
+			r.keep("")
+			return resp, l, r.fail(end.ctxErr, end.cause), true
+		case NextFailOver:
+			return resp, left{why: d.why, kind: a.Kind}, nil, false
+		}
+		var cut Why
+		if line, cut = r.wait(b, d); cut != "" {
+			r.keep(cut)
+			return resp, l, r.fail(r.ctx.Err(), context.Cause(r.ctx)), true
+		}
 	}
 }
 
@@ -463,7 +447,7 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 // what follows.
 func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
-	start := time.Now()
+	start := r.now()
 	resp, err, own := b.callLimited(mark, req)
 	elapsed := time.Since(start)
 	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
@@ -500,59 +484,125 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 // reports whether the attempt is the breaker's half-open probe. While the
 // breaker is open it records a skipped attempt and reports false: the call
 // fails over, or, when b is the last backend it can try, waits for the
-// breaker for as long as a retry-after hint could hold it, and stops when
-// that is not enough.
-func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int) (probe, ok bool) {
+// breaker within the bound that [Backend.Breaker] states, and stops when
+// that is not enough. A wait that ends in the request being sent is
+// recorded, when it ends, as a skip whose Next is retry and RetryIn the
+// time waited.
+func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breakerWaiter) (probe bool, skip Attempt, ok bool) {
 	br := b.Breaker
 	if br == nil {
-		return false, true
+		return false, skip, true
 	}
-	w := r.line // kept over the wait before this retry, if any
-	r.line, r.lineOf = nil, nil
+	w := line // the call's place in the line, kept over the wait before this retry; nil when none
 	defer func() { br.leave(w) }()
-	var limit time.Time // the longest this call may wait for the breaker
+	var (
+		began    time.Time // when the call began to wait; zero until it does
+		limit    time.Time // the longest it may wait for any breaker
+		waitsEnd time.Time // the longest it may wait for one no hint opened
+		bounded  bool      // waitsEnd bounds the wait
+		seen     verdict   // the last verdict that held the call back
+	)
 	for {
-		now := time.Now()
+		now := r.now()
 		v := br.admit(now, w)
 		if v.pass {
-			return v.probe, true
+			if !began.IsZero() {
+				r.hand(r.waited(b, bi, try, began, now, seen))
+			}
+			return v.probe, skip, true
 		}
-		if last := r.pos == r.planned()-1; !last || r.nested {
+		if v.held {
+			// Let go, at its turn in the breaker's line.
+			if !sleepUntil(r.ctx, v.until, v.changed) {
+				return false, r.skip(b, bi, try, time.Now(), seen, NextStop, whyCtx(r.ctx.Err())), false
+			}
+			continue
+		}
+		seen = v
+		if last := r.plan.last(v.kind); !last || r.nested {
 			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
-			r.skip(b, bi, try, now, v, giveUp(WhyBreaker, last), WhyBreaker)
-			return false, false
+			return false, r.skip(b, bi, try, now, v, giveUp(WhyBreaker, last), WhyBreaker), false
 		}
 		// The last backend the call can try: wait for it to half-open, or
-		// for a probe in flight to end, for as long as a retry-after hint
-		// could hold the call: MaxWait from now, and while the reserve
-		// still fits before the deadline.
-		if limit.IsZero() {
-			limit = r.waitLimit(&b.Retry, now)
+		// for a probe in flight to end, within the bound.
+		if began.IsZero() {
+			began, limit = now, r.waitLimit(&b.Retry, now)
+			var d time.Duration
+			if d, bounded = r.unusedWaits(&b.Retry, try); bounded {
+				waitsEnd = now.Add(d)
+			}
+		}
+		end := limit
+		if bounded && !v.hinted {
+			end = minTime(end, waitsEnd)
 		}
 		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
-			r.skip(b, bi, try, now, v, NextStop, WhyDeadline)
-			return false, false
+			return false, r.skip(b, bi, try, now, v, NextStop, WhyDeadline), false
 		}
-		if !now.Before(limit) || (!v.until.IsZero() && (v.until.After(limit) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
-			r.skip(b, bi, try, now, v, NextStop, WhyBreaker)
-			return false, false
+		if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
+			return false, r.skip(b, bi, try, now, v, NextStop, WhyBreaker), false
 		}
 		if w == nil {
 			w = br.join(r.start, now)
 			continue // now in line, it may be this call's turn
 		}
-		wake := limit
+		wake := end
 		if !v.until.IsZero() {
 			wake = v.until
 		}
-		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(limit) {
-			// The caller's context ended the wait. (At the limit itself the
+		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(end) {
+			// The caller's context ended the wait. (At the bound itself the
 			// breaker decides, whichever timer fired first.)
-			r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err()))
-			return false, false
+			return false, r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
 		}
 	}
+}
+
+// unusedWaits is the time a call would still spend waiting between tries
+// of a backend with policy p, without a breaker, from try number try on:
+// the waits after this try and each later one that the policy allows.
+// bounded is false when only the deadline bounds them: under a deadline,
+// without MaxTries, a positive last wait repeats until the reserve no
+// longer fits. Jitter is left out: it only shortens waits.
+func (r *run[Req, Resp]) unusedWaits(p *Policy, try int) (d time.Duration, bounded bool) {
+	n := len(p.Waits)
+	_, hasDeadline := r.ctx.Deadline()
+	repeats := hasDeadline && n > 0 && p.Waits[n-1] > 0
+	if repeats && p.MaxTries == 0 {
+		return 0, false
+	}
+	// The retry after try t (for t from try on, while try t+1 is within
+	// MaxTries) waits Waits[t-1], and then the repeated last wait.
+	lastRetry := n
+	if repeats || (p.MaxTries > 0 && p.MaxTries-1 < n) {
+		lastRetry = p.MaxTries - 1
+	}
+	for t := try; t <= min(lastRetry, n); t++ {
+		d += p.Waits[t-1]
+	}
+	if more := lastRetry - max(n, try-1); more > 0 {
+		rep := max(p.Waits[n-1], minRepeat)
+		if time.Duration(more) > maxOpen/rep {
+			return 0, false // longer than anything else bounds
+		}
+		d += time.Duration(more) * rep
+	}
+	return d, true
+}
+
+// waited is the record of a call that waited for backend b's breaker from
+// began until now, when try number try was let through; v is the last
+// verdict that held it back.
+func (r *run[Req, Resp]) waited(b *Backend[Req, Resp], bi, try int, began, now time.Time, v verdict) Attempt {
+	a := Attempt{
+		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
+		Start: began, Skipped: true, Next: NextRetry, RetryIn: now.Sub(began),
+	}
+	if !v.until.IsZero() {
+		a.RetryAfter = max(v.until.Sub(began), 0)
+	}
+	return a
 }
 
 // waitLimit is the latest moment a call that began waiting for a breaker
@@ -580,9 +630,9 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// skip records that try number try of backend b was not sent because its
-// breaker was open (v), and what the call did instead.
-func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) {
+// skip is the record of try number try of backend b, not sent because its
+// breaker was open (v), and of what the call did instead.
+func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) Attempt {
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
 		Start: now, Skipped: true, Next: next, Why: why,
@@ -590,7 +640,7 @@ func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time,
 	if !v.until.IsZero() {
 		a.RetryAfter = max(v.until.Sub(now), 0) // when the backend takes work again, for RetryItemAfter
 	}
-	r.record(a)
+	return a
 }
 
 // sleepUntil waits until t (forever when t is zero), or until changed is
@@ -629,40 +679,18 @@ func capRaw(raw *string, max int) *string {
 	return &cut
 }
 
-// callLimited sends one request under the attempt's own limits, Timeout for the
-// whole attempt and StallTimeout between outputs, and reports whether one
-// of them ended it. Without either it calls the backend on the mark
-// itself: the success path's one allocation.
-func (b *Backend[Req, Resp]) callLimited(mark *attemptCtx, req Req) (resp Resp, err error, own bool) {
-	if b.Timeout <= 0 && b.StallTimeout <= 0 {
-		resp, err = b.Call(mark, req)
-		return resp, err, false
-	}
-	ctx := mark.Context
-	if b.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, b.Timeout, ErrAttemptTimeout)
-		defer cancel()
-	}
-	if b.StallTimeout > 0 {
-		var cancel context.CancelCauseFunc
-		ctx, cancel = context.WithCancelCause(ctx)
-		defer cancel(nil)
-		mark.stall = &stallTimer{d: b.StallTimeout}
-		mark.stall.t = time.AfterFunc(b.StallTimeout, func() { cancel(ErrStalled) })
-		// Stopped before the context is cancelled, and for good: a
-		// goroutine the backend left behind cannot re-arm it.
-		defer mark.stall.stop()
-	}
-	mark.Context = ctx
-	resp, err = b.Call(mark, req)
-	cause := context.Cause(ctx)
-	return resp, err, cause == ErrAttemptTimeout || cause == ErrStalled
+// decision is what Do decided after a failed attempt: what it does next,
+// why it does not retry, and the wait before a retry, measured from at.
+type decision struct {
+	next Next
+	why  Why
+	wait time.Duration
+	at   time.Time // the clock reading it was decided at: when the attempt ended
 }
 
-// decide sets a failed attempt's Next and Why, and returns the wait before
-// the retry when Next is NextRetry.
-func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) time.Duration {
+// decide decides what follows failed attempt a of backend b, which ended
+// as end says.
+func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) decision {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
@@ -680,18 +708,16 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end ended) ti
 	default:
 		var w time.Duration
 		w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at)
-		if why == "" && !r.last(a.Kind) && b.Breaker.openPast(end.at.Add(w)) {
+		if why == "" && !r.plan.last(a.Kind) && b.Breaker.openPast(end.at.Add(w)) {
 			// The breaker will still be open when the wait ends: the retry
 			// would only skip, so fail over now rather than after the wait.
 			why = WhyBreaker
 		}
 		if why == "" {
-			a.Next, a.RetryIn = NextRetry, w
-			return w
+			return decision{next: NextRetry, wait: w, at: end.at}
 		}
 	}
-	a.Next, a.Why = giveUp(why, r.last(a.Kind)), why
-	return 0
+	return decision{next: giveUp(why, r.plan.last(a.Kind)), why: why, at: end.at}
 }
 
 // giveUp is what follows an attempt that is not retried for reason why.
@@ -712,6 +738,8 @@ func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Dura
 	n := len(p.Waits)
 	var w time.Duration
 	switch {
+	case p.MaxTries > 0 && try >= p.MaxTries:
+		return 0, WhyWaitsUsed
 	case try <= n:
 		w = jitter(p.Waits[try-1], p.Jitter)
 	case hasDeadline && n > 0 && p.Waits[n-1] > 0:
@@ -774,54 +802,72 @@ func (r *run[Req, Resp]) fits(p *Policy, w time.Duration, now time.Time) bool {
 // reserveOf is the time p's backend must leave before the deadline.
 func (r *run[Req, Resp]) reserveOf(p *Policy) time.Duration {
 	switch {
-	case p.Reserve == 0:
-		return r.reserve
 	case p.Reserve < 0:
 		return 0
+	case p.Reserve > 0:
+		return p.Reserve
 	}
-	return p.Reserve
+	// A 60s reserve under a 30s deadline would turn off every retry, even
+	// the zero waits; half of what was left keeps room for both.
+	if deadline, ok := r.ctx.Deadline(); ok {
+		return min(DefaultReserve, deadline.Sub(r.start)/2)
+	}
+	return DefaultReserve
 }
 
-// wait sleeps for w before a retry of backend b and reports true, or
-// corrects the last record and reports false when the retry is off: the
-// wait no longer fits after OnAttempt (decided and started from one clock
-// reading), or the caller's context ended first.
-func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], w time.Duration) bool {
+// wait carries out decision d, a retry of backend b: it sleeps until the
+// wait, measured from the decision, ends (OnAttempt's time is part of
+// it), and returns the call's place in the breaker's line. It returns why
+// instead when the caller's context ended first.
+func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*breakerWaiter, Why) {
 	if err := r.ctx.Err(); err != nil {
-		r.halt(whyCtx(err))
-		return false
+		return nil, whyCtx(err)
 	}
-	now := time.Now()
-	if !r.fits(&b.Retry, w, now) {
-		a := &r.attempts[len(r.attempts)-1]
-		a.Next, a.Why, a.RetryIn = giveUp(WhyReserve, r.last(a.Kind)), WhyReserve, 0
-		return false
-	}
+	ready := d.at.Add(d.wait)
+	var line *breakerWaiter
 	if b.Breaker != nil {
 		// In the breaker's line from now, to come to it when the wait
 		// ends: a call coming back after a retry-after goes before those
 		// that began later.
-		r.line, r.lineOf = b.Breaker.join(r.start, now.Add(w)), b.Breaker
+		line = b.Breaker.join(r.start, ready)
 	}
-	if w == 0 {
-		return true // no timer for a zero wait
+	if d.wait == 0 {
+		return line, "" // no timer for a zero wait
 	}
-	t := time.NewTimer(w)
+	t := time.NewTimer(time.Until(ready))
 	defer t.Stop()
 	select {
 	case <-r.ctx.Done():
-		r.halt(whyCtx(r.ctx.Err()))
-		r.leaveLine()
-		return false
+		b.Breaker.leave(line)
+		return nil, whyCtx(r.ctx.Err())
 	case <-t.C:
-		return true
+		return line, ""
 	}
 }
 
-// record keeps a failed attempt and hands it to OnAttempt.
-func (r *run[Req, Resp]) record(a Attempt) {
-	r.attempts = append(r.attempts, a)
+// hand hands record a to OnAttempt, once Do has decided what follows it.
+// Do keeps it when it carries the decision out (keep).
+func (r *run[Req, Resp]) hand(a Attempt) {
+	r.keep("")
+	r.pending, r.handed = a, true
 	r.notify(a)
+}
+
+// keep adds the record handed last, if any, to the call's records. cut,
+// when set, is why the caller's context stopped the call before the
+// record's retry or fail-over was carried out: the kept record then says
+// that Do stopped, for that reason, even though OnAttempt was told
+// otherwise.
+func (r *run[Req, Resp]) keep(cut Why) {
+	if !r.handed {
+		return
+	}
+	a := r.pending
+	if cut != "" && a.Next != NextStop {
+		a.Next, a.Why, a.RetryIn = NextStop, cut, 0
+	}
+	r.attempts = append(r.attempts, a)
+	r.pending, r.handed = Attempt{}, false
 }
 
 // notify hands an attempt to OnAttempt.
@@ -831,10 +877,9 @@ func (r *run[Req, Resp]) notify(a Attempt) {
 	}
 }
 
-// stopped is the error of a call whose last record says stop, after a
-// skip or a wait rather than an attempt: the record's reason decides it.
-func (r *run[Req, Resp]) stopped() error {
-	switch r.attempts[len(r.attempts)-1].Why {
+// stopped is the error of a call that stopped after a skip, for why.
+func (r *run[Req, Resp]) stopped(why Why) error {
+	switch why {
 	case WhyCancelled:
 		return r.fail(r.ctx.Err(), context.Cause(r.ctx))
 	case WhyDeadline:
@@ -847,22 +892,12 @@ func (r *run[Req, Resp]) stopped() error {
 	return r.fail(nil, nil)
 }
 
-// halt marks the last record as the one after which Do stopped, for why,
-// so that the records in an error say what actually happened, even when
-// OnAttempt was told otherwise.
-func (r *run[Req, Resp]) halt(why Why) {
-	if n := len(r.attempts); n > 0 && r.attempts[n-1].Next != NextStop {
-		a := &r.attempts[n-1]
-		a.Next, a.Why, a.RetryIn = NextStop, why, 0
-	}
-}
-
-// fail is the error of a call that has stopped. ctxErr and cause are the
-// caller's context's Err and Cause when it stopped (nil while it was live;
-// for a withdrawal that the backend reported, context.Canceled and the
-// backend's error): the caller's cancellation wins over the attempts' own
-// failures, and a deadline that ran out makes it a TimedOut (or
-// Truncated).
+// fail is the error of a call that has stopped, with every record kept.
+// ctxErr and cause are the caller's context's Err and Cause when it
+// stopped (nil while it was live; for a withdrawal that the backend
+// reported, context.Canceled and the backend's error): the caller's
+// cancellation wins over the attempts' own failures, and a deadline that
+// ran out makes it a TimedOut (or Truncated).
 func (r *run[Req, Resp]) fail(ctxErr, cause error) error {
 	if n := len(r.attempts); ctxErr == nil && n > 0 && r.attempts[n-1].Kind == KindCancelled {
 		ctxErr = context.Canceled
@@ -890,98 +925,4 @@ func whyCtx(ctxErr error) Why {
 		return WhyDeadline
 	}
 	return WhyCancelled
-}
-
-// markKey finds the innermost attempt mark in a context.
-type markKey struct{}
-
-// attemptCtx is the context a backend's Call receives: the caller's
-// context (or the attempt's own, under a Timeout or StallTimeout) plus the
-// attempt's mark. The context package still finds the parent's
-// cancellation through Value, so no goroutine is started to propagate it.
-type attemptCtx struct {
-	context.Context
-	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
-	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
-	delivered atomic.Bool // output has reached the caller: never resend
-	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
-}
-
-// Value returns the attempt itself for markKey and asks the parent
-// otherwise.
-func (a *attemptCtx) Value(key any) any {
-	if _, ok := key.(markKey); ok {
-		return a
-	}
-	return a.Context.Value(key)
-}
-
-// stallTimer ends an attempt that goes StallTimeout without output.
-type stallTimer struct {
-	d    time.Duration
-	mu   sync.Mutex
-	t    *time.Timer
-	done bool
-}
-
-// touch restarts the timer: the attempt has just produced output.
-func (s *stallTimer) touch() {
-	s.mu.Lock()
-	if !s.done {
-		s.t.Reset(s.d)
-	}
-	s.mu.Unlock()
-}
-
-// stop stops the timer for good.
-func (s *stallTimer) stop() {
-	s.mu.Lock()
-	s.done = true
-	s.t.Stop()
-	s.mu.Unlock()
-}
-
-// Delivered tells the chain that the attempt running under ctx has handed
-// output to the caller, such as a streamed chunk. From then on a failure
-// of that attempt is returned at once: it is not sent again and no other
-// backend is tried, because the caller already holds part of an answer. A
-// streaming backend calls it with every chunk it hands over, which also
-// restarts the attempt's [Backend.StallTimeout]. In nested chains it marks
-// every enclosing chain's attempt too, up to a [Standalone] context. With
-// a context that is not an attempt's, Delivered does nothing. It is safe
-// to call from any goroutine, and as often as needed.
-func Delivered(ctx context.Context) {
-	if ctx == nil {
-		return
-	}
-	a, _ := ctx.Value(markKey{}).(*attemptCtx)
-	for ; a != nil; a = a.parent {
-		a.delivered.Store(true)
-		if a.stall != nil {
-			a.stall.touch()
-		}
-	}
-}
-
-// Standalone returns a context under which a Chain runs on its own: it
-// retries by its own policies even inside another chain's attempt, and
-// its [Delivered] calls do not mark the enclosing attempt. Use it for an
-// unrelated chain that a backend calls, such as moderation or embeddings;
-// an LM that wraps an LM should pass its context on unchanged, so that
-// retries do not multiply. Cancellation and deadlines still flow from ctx.
-func Standalone(ctx context.Context) context.Context {
-	if ctx == nil {
-		return nil // Do then reports the nil context as it would any other
-	}
-	return standaloneCtx{ctx}
-}
-
-// standaloneCtx hides the enclosing attempt's mark.
-type standaloneCtx struct{ context.Context }
-
-func (s standaloneCtx) Value(key any) any {
-	if _, ok := key.(markKey); ok {
-		return nil
-	}
-	return s.Context.Value(key)
 }

@@ -71,19 +71,20 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyWaitsUsed},
 			{"c", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
 			{"d", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
+			{"c", 1, true, llmretry.NextRetry, ""}, // waited out c's retry-after
 			{"c", 1, false, "", ""},
 		},
 	}, {
 		// b's retry is put off, since its breaker would still be open
 		// when the wait ended: b failed for its health after a was
 		// skipped, so the call comes back to b, as its second try, and
-		// not to a.
+		// not to a. Its second wait, 10s, lets it wait for b's breaker.
 		name: "retry_put_off_for_the_breaker",
 		backends: func() []backend {
 			return []backend{
 				{Model: "a", Call: script("a", 60, 503), Breaker: &llmretry.Breaker{}},
 				{Model: "b", Call: script("b", 0, 400, 500), Breaker: &llmretry.Breaker{Failures: 1, Cooldown: 10 * time.Second},
-					Retry: llmretry.Policy{Waits: []time.Duration{time.Second}}},
+					Retry: llmretry.Policy{Waits: []time.Duration{time.Second, 10 * time.Second}}},
 				{Model: "c", Call: script("c", 0, 400, 400)},
 			}
 		},
@@ -92,6 +93,7 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 			{"a", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
 			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyBreaker},
 			{"c", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
+			{"b", 2, true, llmretry.NextRetry, ""}, // waited for b's breaker
 			{"b", 2, false, "", ""},
 		},
 	}}

@@ -45,6 +45,7 @@ type mbreaker struct {
 	open     bool
 	until    time.Duration
 	kind     llmretry.Kind
+	hinted   bool // a retry-after hint set until: a waiting call may wait it out
 	probing  bool // a probe is in flight
 	// opened counts the times it "went from closed or half-open to
 	// open" (BreakerState.Opened): a hint that extends a breaker still
@@ -464,14 +465,22 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				if ok && !mc.fits(p, wait) {
 					ok = false
 				}
+				// Backend.Breaker: "never longer than it would have spent
+				// retrying the backend without one", unless a hint opened
+				// it.
+				if u, bounded := unusedWaits(p, try, mc.hasDead); ok && !br.hinted && bounded && wait > u {
+					ok = false
+				}
 				if !ok {
 					r.Next = llmretry.NextStop
 					mc.emit(r)
 					return false
 				}
-				// A wait that ends leaves no record: the probe that
-				// follows has it. One cut short records the skip then,
-				// with what ended it and the time still left.
+				// A wait that ends is recorded when it ends, as a skip
+				// with Next retry and RetryIn the time waited (Attempt.
+				// Skipped); the probe follows at once. One cut short
+				// records the skip then, with what ended it and the time
+				// still left.
 				end := mc.now + wait
 				m.apart(end, mc.cancelAt, "breaker wait end and cancel")
 				if mc.cancelAt < end {
@@ -483,8 +492,21 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 					return true
 				}
 				mc.now = end
-				mc.tries[b]--
-				continue
+				r.Next, r.Why, r.RetryIn = llmretry.NextRetry, "", wait
+				mc.emit(r)
+				base.Start = mc.now
+				// The context is checked again once OnAttempt returns:
+				// nothing is sent after a cancel or the deadline.
+				if mc.cancelAt <= mc.now && mc.cancelAt < mc.deadAt {
+					mc.cutWait(llmretry.WhyCancelled)
+					mc.cancelled(mc.cancelBy)
+					return true
+				}
+				if mc.deadAt <= mc.now {
+					mc.cutWait(llmretry.WhyDeadline)
+					mc.exhaust()
+					return true
+				}
 			}
 			probe = true
 		}
@@ -640,25 +662,18 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			}
 		}
 		r.Next, r.RetryIn = llmretry.NextRetry, in
+		decided := mc.now
 		mc.emit(r)
-		// The wait is checked again once OnAttempt returns: a slow
-		// hook turns a retry into a give-up for the reserve, which
-		// the record in the error (not the one the hook saw) says.
+		// Chain.OnAttempt: the wait is measured from the decision, so a
+		// slow hook's time is part of it; only the caller's cancel or
+		// deadline cuts it short, and the record in the error (not the
+		// one the hook saw) then says stop.
 		if mc.deadAt <= mc.now && mc.deadAt < mc.cancelAt {
 			mc.cutWait(llmretry.WhyDeadline)
 			mc.exhaust()
 			return true
 		}
-		if mc.cancelAt > mc.now && !mc.fits(p, in) {
-			a := &mc.out.Attempts[len(mc.out.Attempts)-1]
-			a.Why, a.RetryIn, a.Next = llmretry.WhyReserve, 0, llmretry.NextFailOver
-			if last {
-				a.Next = llmretry.NextStop
-				mc.exhaust()
-			}
-			return last
-		}
-		if mc.sleep(in) {
+		if mc.sleep(max(decided+in-mc.now, 0)) {
 			return true
 		}
 	}
@@ -690,6 +705,10 @@ func nextWait(p llmretry.Policy, try int, hasDeadline bool) (w time.Duration, re
 	switch {
 	case n == 0:
 		return 0, false, llmretry.WhyWaitsUsed
+	case p.MaxTries > 0 && try >= p.MaxTries:
+		// Policy.MaxTries: "a call that has sent MaxTries gives up on
+		// it with Why waits_used".
+		return 0, false, llmretry.WhyWaitsUsed
 	case try <= n:
 		return p.Waits[try-1], false, ""
 	case !hasDeadline:
@@ -698,6 +717,25 @@ func nextWait(p llmretry.Policy, try int, hasDeadline bool) (w time.Duration, re
 		return 0, false, llmretry.WhyWaitsUsed
 	}
 	return max(p.Waits[n-1], time.Second), true, ""
+}
+
+// unusedWaits is what Backend.Breaker bounds a wait for a breaker by: the
+// waits of p not used yet, from try number try on ("under a deadline, a
+// positive last wait repeats up to MaxTries, and without a cap only the
+// deadline bounds it": bounded is then false). Summed from nextWait, the
+// rule the retries follow, without jitter.
+func unusedWaits(p llmretry.Policy, try int, hasDeadline bool) (time.Duration, bool) {
+	var d time.Duration
+	for t := try; ; t++ {
+		w, repeat, why := nextWait(p, t, hasDeadline)
+		if why != "" {
+			return d, true
+		}
+		if repeat && p.MaxTries == 0 {
+			return 0, false
+		}
+		d += w
+	}
 }
 
 // sleep waits d from now; a cancel during the wait ends Do at once, and the
@@ -766,9 +804,9 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 		if c, has := capOf(p); has && d > c {
 			d = c
 		}
-		br.openFor(now, d, k)
+		br.openFor(now, d, k, true)
 	case br.count >= br.failures || probe:
-		br.openFor(now, br.cooldown, k)
+		br.openFor(now, br.cooldown, k, false)
 	}
 }
 
@@ -779,13 +817,16 @@ func (br *mbreaker) observe(now time.Duration, k llmretry.Kind, hint time.Durati
 // the docs do not say whether a failure then shortens the open period, or
 // changes its Kind; the model takes the later end, and the Kind that goes
 // with it, as Do does.
-func (br *mbreaker) openFor(now, d time.Duration, k llmretry.Kind) {
+//
+// The hint-opened mark goes with the open period: Backend.Breaker lets a
+// call wait out a breaker "that a retry-after hint opened".
+func (br *mbreaker) openFor(now, d time.Duration, k llmretry.Kind, hinted bool) {
 	if !br.open || now >= br.until {
 		br.opened++
 	} else if now+d <= br.until {
 		return
 	}
-	br.open, br.until, br.kind = true, now+d, k
+	br.open, br.until, br.kind, br.hinted = true, now+d, k, hinted
 }
 
 // cancelled ends the call with a *Cancelled.

@@ -245,6 +245,9 @@ func generate(seed uint64) *draw {
 			case 1:
 				b.policy.Waits[nw-1] = pick(r, msec(1), msec(250), msec(900))
 			}
+			if r.IntN(4) == 0 {
+				b.policy.MaxTries = 1 + r.IntN(4)
+			}
 			switch r.IntN(6) {
 			case 0, 1, 2:
 			case 3:
@@ -355,6 +358,9 @@ func genStress(r *rand.Rand, d *draw) *draw {
 		}
 		if len(b.policy.Waits) > 0 && r.IntN(4) == 0 {
 			b.policy.MaxWait = pick(r, 2*time.Second, time.Minute)
+		}
+		if len(b.policy.Waits) > 0 && r.IntN(4) == 0 {
+			b.policy.MaxTries = 1 + r.IntN(3)
 		}
 		if r.IntN(8) == 0 {
 			b.timeout = pick(r, msec(300), 2*time.Second) + timeoutOffset
@@ -611,8 +617,8 @@ func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 
 func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
 	for i, be := range bs {
-		fmt.Fprintf(b, "%sbackend %d %q: waits %v reserve %v max_wait %v jitter %.3f timeout %v stall %v",
-			indent, i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.Jitter, be.timeout, be.stallTimeout)
+		fmt.Fprintf(b, "%sbackend %d %q: waits %v reserve %v max_wait %v max_tries %d jitter %.3f timeout %v stall %v",
+			indent, i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.MaxTries, be.policy.Jitter, be.timeout, be.stallTimeout)
 		if be.breaker != nil {
 			fmt.Fprintf(b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
 		}

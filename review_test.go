@@ -332,7 +332,9 @@ func TestFailOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 		rec := newRecorder()
 		c := &chain{
 			Backends: []backend{
-				{Model: "a", Call: a.Call, Retry: waits(sec), Breaker: br},
+				// The second wait, 10s, lets the come-back wait for the
+				// breaker: a call waits no longer than its unused waits.
+				{Model: "a", Call: a.Call, Retry: waits(sec, 10*sec), Breaker: br},
 				{Model: "b", Call: b.Call},
 			},
 			OnAttempt: rec.OnAttempt,
@@ -343,13 +345,14 @@ func TestFailOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 		want := []llmretry.Attempt{
 			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: down, Start: start, Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyBreaker},
 			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(sec), Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
+			waitRec(0, "a", 2, llmretry.KindTransient, start.Add(2*sec), 9*sec, 9*sec),
 			okRec(0, "a", 2, start.Add(11*sec), sec), // a's retry, put off until its breaker half-opened
 		}
 		attempts, at := rec.seen()
 		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
 			t.Errorf("records (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff([]time.Duration{sec, 2 * sec, 12 * sec}, at); diff != "" {
+		if diff := cmp.Diff([]time.Duration{sec, 2 * sec, 11 * sec, 12 * sec}, at); diff != "" {
 			t.Errorf("OnAttempt times (-want +got):\n%s", diff)
 		}
 		if diff := cmp.Diff([]sent{{0, "hi"}, {11 * sec, "hi"}}, a.log()); diff != "" {
@@ -369,8 +372,10 @@ func TestRevisitHappensOnce(t *testing.T) {
 		start := time.Now()
 		trunc := llmretry.Truncation("partial")
 		brA, brB := &llmretry.Breaker{}, &llmretry.Breaker{}
-		trip(t, brA, busy("down")) // both half-open at 30s
-		trip(t, brB, busy("down"))
+		// Both half-open at 30s; opened by retry-after hints, which the
+		// last backend's wait may wait out.
+		tripFor(t, brA, 30*sec)
+		tripFor(t, brB, 30*sec)
 		a := newDesk("a", takes(0))
 		b := newDesk("b", takes(sec, trunc))
 		c := newDesk("c", takes(0, trunc))
@@ -398,6 +403,7 @@ func TestRevisitHappensOnce(t *testing.T) {
 			// The second pass: a is skipped again; b, the last, is waited
 			// for, probed at 30s, and truncates too.
 			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			waitRec(1, "b", 1, llmretry.KindTransient, at1, 29*sec, 29*sec),
 			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(30 * sec), Elapsed: sec, Next: stop, Why: llmretry.WhyNotRetryable},
 		}
 		if diff := cmp.Diff(want, tr.Attempts, attemptOpts); diff != "" {

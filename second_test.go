@@ -302,9 +302,11 @@ func TestDoHookTimeNotChargedToAttempts(t *testing.T) {
 		policy llmretry.Policy
 		want   []time.Duration // Start of each attempt, from Do's start
 	}{
-		// 50ms call, 2s hook, then the wait.
+		// 50ms call, 2s hook, then what is left of the wait, measured from
+		// the attempt's end (Chain.OnAttempt): nothing of a 100ms wait.
 		{name: "zero_wait_then_fail_over", policy: waits(0), want: []time.Duration{0, 2050 * ms, 4100 * ms}},
-		{name: "timed_wait_then_fail_over", policy: waits(100 * ms), want: []time.Duration{0, 2150 * ms, 4200 * ms}},
+		{name: "timed_wait_then_fail_over", policy: waits(100 * ms), want: []time.Duration{0, 2050 * ms, 4100 * ms}},
+		{name: "long_wait_then_fail_over", policy: waits(3 * s), want: []time.Duration{0, 3050 * ms, 5100 * ms}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -656,20 +658,28 @@ func TestDoZeroWaitRetrySaysRetry(t *testing.T) {
 	})
 }
 
-// A wait is decided and started from the same clock reading, after
-// OnAttempt: a wait that no longer fits then is not taken.
-func TestDoWaitDecidedAfterHook(t *testing.T) {
+// A wait is decided once, when the attempt ends, and measured from then:
+// OnAttempt's time is part of it, and a wait the hook outlasts is over.
+// Only the caller's deadline can still cut it short, and then the record
+// in the error says so while OnAttempt heard retry.
+func TestDoWaitMeasuredFromDecision(t *testing.T) {
 	const s = time.Second
 	tests := []struct {
-		name    string
-		reserve time.Duration
-		hook    time.Duration
-		wantEnd time.Duration // when Do returns
+		name      string
+		reserve   time.Duration
+		hook      time.Duration
+		wantCalls []time.Duration
+		wantEnd   time.Duration // when Do returns, after the last hook
+		wantWhy   llmretry.Why  // of the last record in the error
+		heard     []llmretry.Next
 	}{
-		// At 20s a 30s wait would leave 50s, under the 60s reserve.
-		{name: "reserve_60s_hook_20s", reserve: 60 * s, hook: 20 * s, wantEnd: 20 * s},
-		// At 80s a 30s wait would end past the deadline.
-		{name: "no_reserve_hook_80s", reserve: -1, hook: 80 * s, wantEnd: 80 * s},
+		// The 30s wait fits at 0s (70s left, 60s reserve), ends at 30s
+		// though the hook took 20s; at 30s the repeat does not fit.
+		{name: "hook_within_wait", reserve: 60 * s, hook: 20 * s, wantCalls: []time.Duration{0, 30 * s}, wantEnd: 50 * s, wantWhy: llmretry.WhyReserve, heard: []llmretry.Next{llmretry.NextRetry, llmretry.NextStop}},
+		// The hook outlasts the wait: the retry goes when it returns.
+		{name: "hook_past_wait", reserve: -1, hook: 80 * s, wantCalls: []time.Duration{0, 80 * s}, wantEnd: 160 * s, wantWhy: llmretry.WhyReserve, heard: []llmretry.Next{llmretry.NextRetry, llmretry.NextStop}},
+		// The hook outlasts the deadline: the deadline cuts the wait.
+		{name: "hook_past_deadline", reserve: -1, hook: 120 * s, wantCalls: []time.Duration{0}, wantEnd: 120 * s, wantWhy: llmretry.WhyDeadline, heard: []llmretry.Next{llmretry.NextRetry}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -692,19 +702,18 @@ func TestDoWaitDecidedAfterHook(t *testing.T) {
 				if got := time.Since(start); got != tc.wantEnd {
 					t.Errorf("Do() returned after %v, want %v", got, tc.wantEnd)
 				}
-				if diff := cmp.Diff([]time.Duration{0}, a.times()); diff != "" {
+				if diff := cmp.Diff(tc.wantCalls, a.times()); diff != "" {
 					t.Errorf("call times (-want +got):\n%s", diff)
 				}
-				if isTimedOut(err) {
-					t.Errorf("Do() = %T, want a plain *Exhausted: the wait was not taken", err)
+				if got, want := isTimedOut(err), tc.wantWhy == llmretry.WhyDeadline; got != want {
+					t.Errorf("Do() = %T, want a *TimedOut: %t", err, want)
 				}
 				attempts := exhausted(t, err)
 				last := attempts[len(attempts)-1]
-				if last.Next != llmretry.NextStop || last.Why != llmretry.WhyReserve || last.RetryIn != 0 {
-					t.Errorf("last record Next, Why, RetryIn = %q, %q, %v, want stop, reserve, 0", last.Next, last.Why, last.RetryIn)
+				if last.Next != llmretry.NextStop || last.Why != tc.wantWhy || last.RetryIn != 0 {
+					t.Errorf("last record Next, Why, RetryIn = %q, %q, %v, want stop, %s, 0", last.Next, last.Why, last.RetryIn, tc.wantWhy)
 				}
-				// OnAttempt was told of the retry that was decided then.
-				if diff := cmp.Diff([]llmretry.Next{llmretry.NextRetry}, heard); diff != "" {
+				if diff := cmp.Diff(tc.heard, heard); diff != "" {
 					t.Errorf("OnAttempt heard (-want +got):\n%s", diff)
 				}
 			})

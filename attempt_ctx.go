@@ -1,0 +1,137 @@
+package llmretry
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// This file holds the context an attempt runs under: the mark that nested
+// chains and Delivered find, the stall timer, and the attempt's own
+// limits.
+
+// markKey finds the innermost attempt mark in a context.
+type markKey struct{}
+
+// attemptCtx is the context a backend's Call receives: the caller's
+// context (or the attempt's own, under a Timeout or StallTimeout) plus the
+// attempt's mark. The context package still finds the parent's
+// cancellation through Value, so no goroutine is started to propagate it.
+type attemptCtx struct {
+	context.Context
+	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
+	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
+	delivered atomic.Bool // output has reached the caller: never resend
+	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
+}
+
+// Value returns the attempt itself for markKey and asks the parent
+// otherwise.
+func (a *attemptCtx) Value(key any) any {
+	if _, ok := key.(markKey); ok {
+		return a
+	}
+	return a.Context.Value(key)
+}
+
+// stallTimer ends an attempt that goes StallTimeout without output.
+type stallTimer struct {
+	d    time.Duration
+	mu   sync.Mutex
+	t    *time.Timer
+	done bool
+}
+
+// touch restarts the timer: the attempt has just produced output.
+func (s *stallTimer) touch() {
+	s.mu.Lock()
+	if !s.done {
+		s.t.Reset(s.d)
+	}
+	s.mu.Unlock()
+}
+
+// stop stops the timer for good.
+func (s *stallTimer) stop() {
+	s.mu.Lock()
+	s.done = true
+	s.t.Stop()
+	s.mu.Unlock()
+}
+
+// Delivered tells the chain that the attempt running under ctx has handed
+// output to the caller, such as a streamed chunk. From then on a failure
+// of that attempt is returned at once: it is not sent again and no other
+// backend is tried, because the caller already holds part of an answer. A
+// streaming backend calls it with every chunk it hands over, which also
+// restarts the attempt's [Backend.StallTimeout]. In nested chains it marks
+// every enclosing chain's attempt too, up to a [Standalone] context. With
+// a context that is not an attempt's, Delivered does nothing. It is safe
+// to call from any goroutine, and as often as needed.
+func Delivered(ctx context.Context) {
+	if ctx == nil {
+		return
+	}
+	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	for ; a != nil; a = a.parent {
+		a.delivered.Store(true)
+		if a.stall != nil {
+			a.stall.touch()
+		}
+	}
+}
+
+// Standalone returns a context under which a Chain runs on its own: it
+// retries by its own policies even inside another chain's attempt, and
+// its [Delivered] calls do not mark the enclosing attempt. Use it for an
+// unrelated chain that a backend calls, such as moderation or embeddings;
+// an LM that wraps an LM should pass its context on unchanged, so that
+// retries do not multiply. Cancellation and deadlines still flow from ctx.
+func Standalone(ctx context.Context) context.Context {
+	if ctx == nil {
+		return nil // Do then reports the nil context as it would any other
+	}
+	return standaloneCtx{ctx}
+}
+
+// standaloneCtx hides the enclosing attempt's mark.
+type standaloneCtx struct{ context.Context }
+
+func (s standaloneCtx) Value(key any) any {
+	if _, ok := key.(markKey); ok {
+		return nil
+	}
+	return s.Context.Value(key)
+}
+
+// callLimited sends one request under the attempt's own limits, Timeout for the
+// whole attempt and StallTimeout between outputs, and reports whether one
+// of them ended it. Without either it calls the backend on the mark
+// itself: the success path's one allocation.
+func (b *Backend[Req, Resp]) callLimited(mark *attemptCtx, req Req) (resp Resp, err error, own bool) {
+	if b.Timeout <= 0 && b.StallTimeout <= 0 {
+		resp, err = b.Call(mark, req)
+		return resp, err, false
+	}
+	ctx := mark.Context
+	if b.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, b.Timeout, ErrAttemptTimeout)
+		defer cancel()
+	}
+	if b.StallTimeout > 0 {
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(ctx)
+		defer cancel(nil)
+		mark.stall = &stallTimer{d: b.StallTimeout}
+		mark.stall.t = time.AfterFunc(b.StallTimeout, func() { cancel(ErrStalled) })
+		// Stopped before the context is cancelled, and for good: a
+		// goroutine the backend left behind cannot re-arm it.
+		defer mark.stall.stop()
+	}
+	mark.Context = ctx
+	resp, err = b.Call(mark, req)
+	cause := context.Cause(ctx)
+	return resp, err, cause == ErrAttemptTimeout || cause == ErrStalled
+}
