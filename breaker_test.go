@@ -1501,7 +1501,9 @@ func TestBreakerWaitToTheDeadlineIsDeterministic(t *testing.T) {
 			time.Sleep(31 * sec)
 			ctx, cancel := context.WithTimeout(context.Background(), 4*sec)
 			defer cancel()
-			w := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: -1}, Breaker: br}}}
+			// MaxTries lets the repeated wait cover the deadline, so the
+			// bound for the breaker is the deadline itself.
+			w := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: llmretry.Policy{Waits: []time.Duration{sec}, Reserve: -1, MaxTries: 10}, Breaker: br}}}
 			_, err := w.Do(ctx, "waiter")
 			<-probe
 			attempts := exhausted(t, err)

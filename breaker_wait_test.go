@@ -48,9 +48,10 @@ func waitRec(bi int, model string, try int, kind llmretry.Kind, at time.Time, re
 
 // The first case: the primary hard down behind a Breaker that
 // failures opened, the fallback truncating. The truncated call comes back
-// to the primary, but waits for it no longer than its unused waits: with
-// Waits 200ms and 500ms, never the 30s cooldown. The rule holds at its
-// edge: a cooldown that ends within the unused waits is waited for.
+// to the primary, but waits for it no longer than its waits would have
+// kept it on the primary, counted from when it first came to it (the
+// skip): with Waits 200ms and 500ms, never the 30s cooldown. The
+// rule holds at its edge: a cooldown that ends within them is waited for.
 func TestBreakerWaitBoundedByUnusedWaits(t *testing.T) {
 	trunc := llmretry.Truncation("partial")
 	tests := []struct {
@@ -63,12 +64,16 @@ func TestBreakerWaitBoundedByUnusedWaits(t *testing.T) {
 		{name: "short_waits", waits: []time.Duration{200 * ms, 500 * ms}},
 		{name: "short_waits_deadline_capped", waits: []time.Duration{200 * ms, 500 * ms}, deadline: 5 * time.Minute, maxTries: 3},
 		{name: "no_waits", waits: nil},
-		// The breaker half-opens at 30s, 28s after the come-back at 2s.
-		{name: "waits_cover_it", waits: []time.Duration{20 * sec, 8 * sec}, waitsFor: true},
-		{name: "waits_one_short", waits: []time.Duration{20 * sec, 8*sec - 1}},
-		// Under a deadline a positive last wait repeats: only the
-		// deadline, less the reserve, bounds the wait.
-		{name: "repeating_last_wait", waits: []time.Duration{200 * ms}, deadline: 5 * time.Minute, waitsFor: true},
+		// The breaker half-opens at 30s, 29s after the call first came
+		// to the primary, skipping it at 1s (the come-back is at 2s).
+		{name: "waits_cover_it", waits: []time.Duration{20 * sec, 9 * sec}, waitsFor: true},
+		{name: "waits_one_short", waits: []time.Duration{20 * sec, 9*sec - 1}},
+		// Under a deadline a positive last wait repeats, but for a
+		// breaker it counts once without MaxTries: 200ms.
+		{name: "repeating_last_wait", waits: []time.Duration{200 * ms}, deadline: 5 * time.Minute},
+		// With MaxTries high enough, the repeats cover the 29s: 200ms
+		// and 30 repeats of 1s.
+		{name: "repeats_cover_it", waits: []time.Duration{200 * ms}, deadline: 5 * time.Minute, maxTries: 32, waitsFor: true},
 		// Capped by MaxTries: 200ms then 1s repeats twice more, 2.2s.
 		{name: "repeats_capped", waits: []time.Duration{200 * ms}, deadline: 5 * time.Minute, maxTries: 4},
 	}

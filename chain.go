@@ -143,11 +143,14 @@ type Backend[Req, Resp any] struct {
 	//
 	// A call waits for the breaker only when the backend is the last it
 	// can try, and never longer than it would have spent retrying the
-	// backend without one: the waits of Retry it has not used yet (from
-	// the try it is about to make; under a deadline, a positive last wait
-	// repeats up to MaxTries, and without a cap only the deadline bounds
-	// it), no further than MaxWait from when it began to wait, and ending
-	// with the reserve still left before the deadline. A breaker that a
+	// backend without one: its time on the backend, from when it first
+	// came to it (sent or skipped) to the end of the wait, stays within
+	// the waits of Retry (a last wait that repeats under a
+	// deadline counts as often as MaxTries allows, and once without it:
+	// an open breaker is the backend saying it is down, and the repeats
+	// are for a backend that may answer at any moment), no further than
+	// MaxWait from when it began to wait, and ending with the reserve
+	// still left before the deadline. A breaker that a
 	// retry-after hint opened is the exception: the provider said when it
 	// would be back, so the call may wait it out within MaxWait and the
 	// reserve. When the breaker will not half-open within the bound, the
@@ -528,9 +531,11 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		// for a probe in flight to end, within the bound.
 		if began.IsZero() {
 			began, limit = now, r.waitLimit(&b.Retry, now)
+			// Counted from when the call first came to the backend:
+			// without a breaker it would have been retrying it since.
 			var d time.Duration
-			if d, bounded = r.unusedWaits(&b.Retry, try); bounded {
-				waitsEnd = now.Add(d)
+			if d, bounded = r.unusedWaits(&b.Retry, 1); bounded {
+				waitsEnd = r.cameTo(bi, now).Add(d)
 			}
 		}
 		end := limit
@@ -559,24 +564,38 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 	}
 }
 
+// cameTo is when the call first came to backend bi: the start of its
+// first record of bi, or now when it has none.
+func (r *run[Req, Resp]) cameTo(bi int, now time.Time) time.Time {
+	for i := range r.attempts {
+		if r.attempts[i].Backend == bi {
+			return r.attempts[i].Start
+		}
+	}
+	if r.handed && r.pending.Backend == bi {
+		return r.pending.Start
+	}
+	return now
+}
+
 // unusedWaits is the time a call would still spend waiting between tries
 // of a backend with policy p, without a breaker, from try number try on:
-// the waits after this try and each later one that the policy allows.
-// bounded is false when only the deadline bounds them: under a deadline,
-// without MaxTries, a positive last wait repeats until the reserve no
-// longer fits. Jitter is left out: it only shortens waits.
+// the listed waits after this try, and a repeating last wait as often as
+// MaxTries allows (once without it). bounded is false only when the sum
+// is too long for any clock to reach. Jitter is left out: it only
+// shortens waits.
 func (r *run[Req, Resp]) unusedWaits(p *Policy, try int) (d time.Duration, bounded bool) {
 	n := len(p.Waits)
 	_, hasDeadline := r.ctx.Deadline()
 	repeats := hasDeadline && n > 0 && p.Waits[n-1] > 0
-	if repeats && p.MaxTries == 0 {
-		return 0, false
-	}
-	// The retry after try t (for t from try on, while try t+1 is within
-	// MaxTries) waits Waits[t-1], and then the repeated last wait.
+	// The retry after try t waits Waits[t-1] for t up to lastRetry, and
+	// past the list the repeated last wait.
 	lastRetry := n
-	if repeats || (p.MaxTries > 0 && p.MaxTries-1 < n) {
+	switch {
+	case p.MaxTries > 0 && repeats:
 		lastRetry = p.MaxTries - 1
+	case p.MaxTries > 0:
+		lastRetry = min(n, p.MaxTries-1)
 	}
 	for t := try; t <= min(lastRetry, n); t++ {
 		d += p.Waits[t-1]

@@ -88,12 +88,13 @@ type mcall struct {
 	deadCause string // TimedOut.Cause's label when the deadline passed; "" when nil
 	hasDead   bool
 	out       propOutcome
-	tries     []int  // requests (and skips) made to each backend so far
-	lastKind  []rec  // each backend's last record in this call
-	visited   []bool // whether each backend has a record in this call
-	skipped   []int  // backends skipped for their breaker and not yet come back to
-	cameBack  []bool // backends the call has come back to
-	chosen    bool   // the come-backs were chosen, when the first pass ended
+	tries     []int           // requests (and skips) made to each backend so far
+	lastKind  []rec           // each backend's last record in this call
+	visited   []bool          // whether each backend has a record in this call
+	firstAt   []time.Duration // the Start of each backend's first record in this call
+	skipped   []int           // backends skipped for their breaker and not yet come back to
+	cameBack  []bool          // backends the call has come back to
+	chosen    bool            // the come-backs were chosen, when the first pass ended
 }
 
 func predict(d *draw, got []propOutcome) ([]propOutcome, []string, string) {
@@ -191,6 +192,7 @@ func (mc *mcall) play() {
 	mc.tries = make([]int, n)
 	mc.lastKind = make([]rec, n)
 	mc.visited = make([]bool, n)
+	mc.firstAt = make([]time.Duration, n)
 	mc.cameBack = make([]bool, n)
 	mc.out.RetryItem = true
 
@@ -368,6 +370,9 @@ func (mc *mcall) emit(r rec) {
 	mc.out.Hooks = append(mc.out.Hooks, r)
 	mc.out.Attempts = append(mc.out.Attempts, r)
 	if r.Backend >= 0 {
+		if !mc.visited[r.Backend] {
+			mc.firstAt[r.Backend] = r.Start
+		}
 		mc.lastKind[r.Backend] = r
 		mc.visited[r.Backend] = true
 	}
@@ -468,7 +473,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				// Backend.Breaker: "never longer than it would have spent
 				// retrying the backend without one", unless a hint opened
 				// it.
-				if u, bounded := unusedWaits(p, try, mc.hasDead); ok && !br.hinted && bounded && wait > u {
+				// Its time on the backend counts from when the call
+				// first came to it.
+				came := mc.now
+				if mc.visited[b] {
+					came = mc.firstAt[b]
+				}
+				if u, bounded := unusedWaits(p, 1, mc.hasDead); ok && !br.hinted && bounded && mc.now+wait > came+u {
 					ok = false
 				}
 				if !ok {
@@ -720,10 +731,10 @@ func nextWait(p llmretry.Policy, try int, hasDeadline bool) (w time.Duration, re
 }
 
 // unusedWaits is what Backend.Breaker bounds a wait for a breaker by: the
-// waits of p not used yet, from try number try on ("under a deadline, a
-// positive last wait repeats up to MaxTries, and without a cap only the
-// deadline bounds it": bounded is then false). Summed from nextWait, the
-// rule the retries follow, without jitter.
+// waits of p not used yet, from try number try on ("a last wait that
+// repeats under a deadline counts as often as MaxTries allows, and once
+// without it"). Summed from nextWait, the rule the retries follow,
+// without jitter.
 func unusedWaits(p llmretry.Policy, try int, hasDeadline bool) (time.Duration, bool) {
 	var d time.Duration
 	for t := try; ; t++ {
@@ -732,7 +743,7 @@ func unusedWaits(p llmretry.Policy, try int, hasDeadline bool) (time.Duration, b
 			return d, true
 		}
 		if repeat && p.MaxTries == 0 {
-			return 0, false
+			return d, true
 		}
 		d += w
 	}
