@@ -510,11 +510,11 @@ func FuzzDeadLetterJSON(f *testing.F) {
 		)
 		switch which % 5 {
 		case 0:
-			err, wantOutcome = &llmretry.Exhausted{Attempts: attempts, Summary: summary}, "exhausted"
+			err, wantOutcome = &llmretry.Exhausted{Attempts: attempts}, "exhausted"
 		case 1:
-			err, wantOutcome = &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: attempts, Summary: summary}}, "truncated"
+			err, wantOutcome = &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: attempts}}, "truncated"
 		case 2:
-			err, wantOutcome = &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: attempts, Summary: summary}, Cause: cause}, "timed_out"
+			err, wantOutcome = &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: attempts}, Cause: cause}, "timed_out"
 		case 3:
 			err, wantOutcome = &llmretry.Cancelled{Attempts: attempts, Cause: cause}, "cancelled"
 		case 4:

@@ -117,8 +117,8 @@ func TestDeadLetterJSON(t *testing.T) {
 		{"redacted", batch.DeadLetter{ID: "c", Runs: 1, Err: errors.New("refused: Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz012345")},
 			`{"id":"c","runs":1,"error":{"error":"refused: Authorization: Bearer REDACTED"}}`},
 		{"nil", batch.DeadLetter{ID: "d"}, `{"id":"d","runs":0,"error":null}`},
-		{"core", batch.DeadLetter{ID: "e", Runs: 3, Err: &llmretry.Exhausted{Summary: "llmretry: exhausted"}},
-			`{"id":"e","runs":3,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted","attempts":[]}}`},
+		{"core", batch.DeadLetter{ID: "e", Runs: 3, Err: &llmretry.Exhausted{}},
+			`{"id":"e","runs":3,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","attempts":[]}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
