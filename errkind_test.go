@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -520,4 +521,35 @@ func TestErrorSummaries(t *testing.T) {
 			t.Errorf("Cancelled.Error() = %q, want one line starting %q naming the cause", got, "llmretry: ")
 		}
 	})
+}
+
+// The first line counts the requests sent and the skips for a breaker
+// apart: a skip put no load on the provider.
+func TestErrorSummaryCountsSkipsApart(t *testing.T) {
+	sent := func(b, try int) llmretry.Attempt {
+		return llmretry.Attempt{Backend: b, Model: "m" + strconv.Itoa(b), Try: try, Kind: llmretry.KindTransient, Err: errors.New("busy"), Next: llmretry.NextRetry}
+	}
+	skip := func(b, try int) llmretry.Attempt {
+		return llmretry.Attempt{Backend: b, Model: "m" + strconv.Itoa(b), Try: try, Kind: llmretry.KindTransient, Next: llmretry.NextFailOver, Why: llmretry.WhyBreaker, Skipped: true}
+	}
+	tests := []struct {
+		name string
+		err  error
+		want string // the first line up to the lever
+	}{
+		{"none", &llmretry.Exhausted{}, "llmretry: exhausted before any attempt: "},
+		{"sent_only", &llmretry.Exhausted{Attempts: []llmretry.Attempt{sent(0, 1), sent(0, 2), sent(1, 1)}}, "llmretry: exhausted after 3 attempts on 2 backends: "},
+		{"sent_and_skip", &llmretry.Exhausted{Attempts: []llmretry.Attempt{skip(0, 1), sent(1, 1), sent(1, 2), sent(1, 3)}}, "llmretry: exhausted after 3 attempts and 1 skip on 2 backends: "},
+		{"skips_only", &llmretry.Exhausted{Attempts: []llmretry.Attempt{skip(0, 1), skip(1, 1)}}, "llmretry: exhausted after 0 attempts and 2 skips on 2 backends: "},
+		{"one_each", &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: []llmretry.Attempt{skip(0, 1), sent(1, 1)}}}, "llmretry: timed out after 1 attempt and 1 skip on 2 backends: "},
+		{"cancelled", &llmretry.Cancelled{Attempts: []llmretry.Attempt{skip(0, 1), sent(1, 1), sent(1, 2)}, Cause: errors.New("user left")}, "llmretry: cancelled after 2 attempts and 1 skip: user left"},
+		{"cancelled_none", &llmretry.Cancelled{}, "llmretry: cancelled after 0 attempts"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.err.Error(); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("Error() = %q, want it to begin %q", got, tc.want)
+			}
+		})
+	}
 }
