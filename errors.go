@@ -246,46 +246,60 @@ func sameError(err, target error) bool {
 	return err == target
 }
 
-// Exhaust returns the error [Chain.Do] returns for a call that ended with
-// these records, the two going through the same function, by precedence:
-//   - [*Cancelled] when the last record says the caller withdrew (Why
-//     [WhyCancelled], or an attempt of [KindCancelled]); its Cause is nil,
-//     since records do not keep it;
-//   - else [*Truncated] when any attempt sent was [KindTruncated];
-//   - else [*TimedOut] when any attempt sent was [KindTimeout] or the last
-//     record says the caller's deadline ran out (Why [WhyDeadline], a
-//     wait for a breaker that the deadline ended among them); its Cause
-//     is nil;
+// Exhaust returns the error of a chain whose every backend failed, chosen
+// from its records as [Chain.Do] chooses it, by precedence:
+//   - [*Truncated] when any attempt sent was [KindTruncated];
+//   - else [*TimedOut] when any attempt sent was [KindTimeout], or when the
+//     last record says the caller's deadline ran out (Why [WhyDeadline]: an
+//     attempt, a wait or a wait for a breaker that the deadline ended); its
+//     Cause is nil, since records do not keep it;
 //   - else [*Exhausted].
 //
 // A record skipped for its breaker counts for neither truncated nor timed
 // out: nothing was sent, so nothing was cut off or ran out of time. The
-// error keeps attempts as given; it is never nil. The one call the records
-// cannot tell apart is one that ended before any record: Do returns a
-// *Cancelled or *TimedOut with no attempts, Exhaust(nil) an *Exhausted.
+// error keeps attempts as given; it is never nil, and never a [*Cancelled]:
+// records whose last one says the caller withdrew (Why [WhyCancelled])
+// are a Cancelled's, which Do returns and Exhaust does not build. For any
+// other records Do left, Exhaust returns the type Do returned, except for
+// none at all: Do, whose deadline passed before any record, returns a
+// *TimedOut with no attempts, and Exhaust(nil) an *Exhausted.
 func Exhaust(attempts []Attempt) error {
-	return conclude(attempts, nil, nil)
+	return exhaust(attempts, false, nil)
 }
 
-// conclude is the error of a call that stopped with attempts, for Do and
-// Exhaust alike: the records decide, as Exhaust says. ctxErr and cause
-// are the caller's context's Err and Cause when Do stopped (nil while it
-// was live, and from Exhaust; for a withdrawal that the backend reported,
-// Do passes the backend's error as the cause). Do's records already say
-// when its context ended the call; ctxErr speaks for a call that ended
-// before any record, and keeps Do's answer should a record ever not say
-// so. cause goes into a Cancelled, and into a TimedOut when the deadline
-// ran out with a cause of the caller's own.
+// conclude is the error of a call that stopped with attempts. ctxErr and
+// cause are the caller's context's Err and Cause when Do stopped (nil
+// while it was live; for a withdrawal that the backend reported, the
+// backend's error is the cause). The caller's withdrawal, as the last
+// record or ctxErr says it, wins over the attempts' own failures;
+// otherwise the records decide as they do for [Exhaust].
 func conclude(attempts []Attempt, ctxErr, cause error) error {
-	var last *Attempt
-	if n := len(attempts); n > 0 {
-		last = &attempts[n-1]
-	}
-	withdrew := last != nil && (last.Why == WhyCancelled || (last.Kind == KindCancelled && !last.Skipped))
-	if withdrew || errors.Is(ctxErr, context.Canceled) {
+	if withdrew(attempts) || errors.Is(ctxErr, context.Canceled) {
 		return &Cancelled{Attempts: attempts, Cause: cause}
 	}
-	deadline := ctxErr != nil || (last != nil && last.Why == WhyDeadline)
+	return exhaust(attempts, ctxErr != nil, cause)
+}
+
+// withdrew reports whether the last record says the caller withdrew, or
+// the backend said it had.
+func withdrew(attempts []Attempt) bool {
+	n := len(attempts)
+	if n == 0 {
+		return false
+	}
+	last := &attempts[n-1]
+	return last.Why == WhyCancelled || (last.Kind == KindCancelled && !last.Skipped)
+}
+
+// exhaust is the Exhausted-family error of attempts. deadline says Do saw
+// its context's deadline pass, and cause is then that context's Cause:
+// Do's records already say so in their last Why, and deadline speaks for
+// a call that ended before any record (and keeps Do's answer should a
+// record ever not say it).
+func exhaust(attempts []Attempt, deadline bool, cause error) error {
+	if n := len(attempts); n > 0 && attempts[n-1].Why == WhyDeadline {
+		deadline = true
+	}
 	truncated, timedOut := seen(attempts)
 	switch {
 	case truncated:

@@ -256,8 +256,10 @@ func TestErrorsAnswerTheOutcome(t *testing.T) {
 						t.Errorf("Do() Cause = %v, want %v", got, tc.cause)
 					}
 				}
-				// Exhaust, given the records, returns what Do returned.
-				if recs := chainRecords(err); len(recs) > 0 {
+				// Exhaust, given the records of an Exhausted, returns what
+				// Do returned.
+				var ex *llmretry.Exhausted
+				if recs := chainRecords(err); len(recs) > 0 && errors.As(err, &ex) {
 					if got := llmretry.Exhaust(recs); fmt.Sprintf("%T", got) != fmt.Sprintf("%T", err) {
 						t.Errorf("Exhaust(records) = %T, want %T as Do returned", got, err)
 					}
