@@ -443,6 +443,7 @@ func TestAttemptJSONDecodeErrors(t *testing.T) {
 		{`{"start":0}`, `llmretry: decoding attempt: field "start": want an RFC 3339 time, got number`},
 		{`{"elapsed_ms":"5"}`, `llmretry: decoding attempt: field "elapsed_ms": want a number of milliseconds, got string`},
 		{`{"retry_in_ms":1e300}`, `llmretry: decoding attempt: field "retry_in_ms": 1e300 milliseconds is out of range`},
+		{`{"try":1.000000000000000000000000000000000000000000001}`, `llmretry: decoding attempt: field "try": want an integer, got 1.00000000000000000000000000000000000000...`},
 		{`{"delivered":1}`, `llmretry: decoding attempt: field "delivered": want true or false, got number`},
 		{`[1, 2]`, `llmretry: decoding attempt: want an object, got array`},
 		{`{"backend":`, `llmretry: decoding attempt: unexpected end of JSON input`},

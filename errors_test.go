@@ -317,3 +317,37 @@ func TestExhaustAgreesWithDoOnBreakerWait(t *testing.T) {
 		stopProbe()
 	})
 }
+
+// uncomparable is an error type that == cannot compare.
+type uncomparable []string
+
+func (u uncomparable) Error() string { return "uncomparable" }
+
+// A TimedOut matches its Cause by identity, and a Cause of a type that ==
+// cannot compare matches nothing rather than panic.
+func TestTimedOutIsCause(t *testing.T) {
+	cause := errors.New("budget")
+	tests := []struct {
+		name   string
+		cause  error
+		target error
+		want   bool
+	}{
+		{"itself", cause, cause, true},
+		{"deadline", cause, context.DeadlineExceeded, true},
+		{"another_with_the_same_text", cause, errors.New("budget"), false},
+		{"wrapped_by_the_cause", fmt.Errorf("x: %w", cause), cause, false},
+		{"canceled_in_the_cause", fmt.Errorf("x: %w", context.Canceled), context.Canceled, false},
+		{"nil_cause", nil, cause, false},
+		{"uncomparable_cause", uncomparable{"a"}, uncomparable{"a"}, false},
+		{"uncomparable_target", cause, uncomparable{"a"}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := &llmretry.TimedOut{Cause: tc.cause}
+			if got := errors.Is(err, tc.target); got != tc.want {
+				t.Errorf("errors.Is(TimedOut{Cause: %v}, %v) = %t, want %t", tc.cause, tc.target, got, tc.want)
+			}
+		})
+	}
+}
