@@ -19,8 +19,9 @@ import (
 // errors.As answer for the chain's decision, never for an attempt's error.
 // A backend's [*Failure], an SDK's error, a context.Canceled that a client
 // returned or a sentinel of the caller's own stay in Attempts[i].Err, where
-// the records keep them; look there to reach them (the last record's Err
-// is the last provider error).
+// the records keep them; look there to reach them. The last provider
+// error is the Err of the last record that has one (a record skipped for
+// its breaker sent nothing and has none).
 type Exhausted struct {
 	Attempts []Attempt // one record per failed attempt or skip, in order
 }

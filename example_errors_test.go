@@ -11,7 +11,8 @@ import (
 
 // The error Do returns answers errors.Is and errors.As for the chain's
 // outcome only. The providers' own errors are the records' Err: to reach
-// the last one, take the last record and look into its Err.
+// the last one, take the last record that has an Err (a skip for a breaker
+// sent nothing) and look into it.
 func Example_lastProviderError() {
 	primary := func(ctx context.Context, prompt string) (string, error) {
 		return "", llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("upstream connect error"))
@@ -33,9 +34,13 @@ func Example_lastProviderError() {
 
 	var exhausted *llmretry.Exhausted // a Truncated or TimedOut is one too
 	if errors.As(err, &exhausted) {
-		last := exhausted.Attempts[len(exhausted.Attempts)-1]
-		if errors.As(last.Err, &failure) {
-			fmt.Printf("last provider error: %s from %s (status %d)\n", failure, last.Model, failure.Status)
+		for i := len(exhausted.Attempts) - 1; i >= 0; i-- {
+			if last := exhausted.Attempts[i]; last.Err != nil {
+				if errors.As(last.Err, &failure) {
+					fmt.Printf("last provider error: %s from %s (status %d)\n", failure, last.Model, failure.Status)
+				}
+				break
+			}
 		}
 	}
 	// Output:
