@@ -12,7 +12,9 @@ import (
 // a blind re-run would repeat exactly, such as a [Truncated] completion, an
 // [Exhausted] chain whose every attempt was refused, or an invalid [Chain]
 // configuration. Each of this package's four error types declares its own
-// advice, so a probe stops at the outermost one.
+// advice, so a probe stops at the outermost one; and none holds an
+// attempt's error or a cause in its tree, so nothing beneath it could
+// answer instead.
 //
 // The contract is duck-typed both ways: any error from any library may
 // implement it, and an error that does not is retryable. Probe it with
@@ -27,7 +29,11 @@ type ItemRetryable interface {
 // again. It returns false for a nil error (there is nothing to retry) and
 // otherwise the advice of the first error in err's tree that implements
 // [ItemRetryable], found as errors.As finds it; an error without advice is
-// retryable.
+// retryable. For an error that [Chain.Do] returned (wrapped or not), that
+// is the advice of its outcome: the attempts' errors and a Cancelled's or
+// TimedOut's Cause are not in its tree, so a sibling's Truncated that
+// cancelled the call, or a backend's error that says "do not retry",
+// never speaks for it.
 func RetryItem(err error) bool {
 	if err == nil {
 		return false
@@ -56,8 +62,10 @@ type ItemRetryAfter interface {
 // runs a failed item again, probing err's tree for [ItemRetryAfter] as
 // [RetryItem] probes for its advice. It returns false when no error in the
 // tree gives the advice, or when the advice is zero (run it again whenever
-// the orchestrator's own waits say). Ask [RetryItem] first: an item that
-// must not be run again has no time to wait for.
+// the orchestrator's own waits say). As for RetryItem, an error that
+// [Chain.Do] returned answers with its outcome's advice alone. Ask
+// [RetryItem] first: an item that must not be run again has no time to
+// wait for.
 func RetryItemAfter(err error) (time.Duration, bool) {
 	if err == nil {
 		return 0, false

@@ -1,15 +1,16 @@
 package llmretry
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Attempt is the record of one request to one backend. The chain's errors
@@ -160,145 +161,394 @@ func millis(d time.Duration) float64 {
 	return float64(d) / float64(time.Millisecond)
 }
 
-// attemptJSON is the wire form of an Attempt.
-type attemptJSON struct {
-	Backend      int       `json:"backend"`
-	Model        string    `json:"model"`
-	Try          int       `json:"try"`
-	Kind         *Kind     `json:"kind,omitempty"` // absent for a success
-	Status       int       `json:"status"`
-	Error        *string   `json:"error,omitempty"`
-	RawText      *string   `json:"raw_text,omitempty"` // a pointer, so "" is kept and nil is left out
-	Start        time.Time `json:"start"`
-	ElapsedMS    msec      `json:"elapsed_ms"`
-	RetryAfterMS msec      `json:"retry_after_ms,omitempty"`
-	Next         Next      `json:"next,omitempty"`
-	Why          Why       `json:"why,omitempty"`
-	RetryInMS    msec      `json:"retry_in_ms"`
-	Delivered    bool      `json:"delivered"`
-	Skipped      bool      `json:"skipped,omitempty"`
-}
-
-// MarshalJSON encodes the attempt with snake_case keys: the error as its
-// redacted message, raw_text left out when RawText is nil and kept when it
-// is "", durations as exact milliseconds (elapsed_ms, retry_after_ms when
-// there was a hint, retry_in_ms), next and why as their names, the kind as
-// its name, and "skipped": true for an attempt a breaker skipped; a
-// success has no kind, error, next or why.
+// MarshalJSON encodes the attempt as a JSON object with snake_case keys,
+// in this order:
+//
+//   - backend, model, try: always;
+//   - kind: the Kind's name, for a failure's record (an error, a Next or a
+//     non-zero Kind); absent for a success;
+//   - status: for a failure's record always, 0 included (the columns of a
+//     dead-letter table stay the same from record to record); for a
+//     success only when it is not 0;
+//   - error: the error's redacted message, when there is an error;
+//   - raw_text: absent when RawText is nil, kept when it is "";
+//   - start: RFC 3339 with nanoseconds, in the time's own offset, or in
+//     UTC when RFC 3339 cannot write that offset (seconds, or a day or
+//     more);
+//   - elapsed_ms, retry_after_ms (only when not 0), retry_in_ms:
+//     durations as exact decimal milliseconds, up to six fraction digits,
+//     negative ones included;
+//   - next, why: their names, when set;
+//   - delivered: always; skipped: only when true.
+//
+// It fails only for a start whose year, where it is written, lies outside
+// 0 to 9999, which RFC 3339 cannot write and so [Attempt.UnmarshalJSON]
+// could not read.
 func (a Attempt) MarshalJSON() ([]byte, error) {
-	j := attemptJSON{
-		Backend:      a.Backend,
-		Model:        a.Model,
-		Try:          a.Try,
-		Status:       a.Status,
-		RawText:      a.RawText,
-		Start:        a.Start,
-		ElapsedMS:    msec(a.Elapsed),
-		RetryAfterMS: msec(a.RetryAfter),
-		Next:         a.Next,
-		Why:          a.Why,
-		RetryInMS:    msec(a.RetryIn),
-		Delivered:    a.Delivered,
-		Skipped:      a.Skipped,
+	b := make([]byte, 0, 256)
+	b = append(b, '{')
+	first := true
+	for i := range attemptFields {
+		f := &attemptFields[i]
+		if f.omit != nil && f.omit(&a) {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = strconv.AppendQuote(b, f.key) // keys are plain ASCII: quoted as JSON quotes them
+		b = append(b, ':')
+		var err error
+		if b, err = f.write(b, &a); err != nil {
+			return nil, fmt.Errorf("llmretry: encoding attempt: field %q: %s", f.key, err)
+		}
 	}
-	if a.failed() {
-		j.Kind = &a.Kind
-	}
-	if a.Err != nil {
-		msg := Redact(a.Err.Error())
-		j.Error = &msg
-	}
-	return json.Marshal(j)
+	return append(b, '}'), nil
 }
 
-// UnmarshalJSON decodes what MarshalJSON wrote. The error comes back as a
-// plain error with the same message: its type does not survive, but Kind,
-// Status and RawText keep what the chain concluded from it.
+// UnmarshalJSON decodes what [Attempt.MarshalJSON] wrote, every field as
+// it was: Kind, Status, RawText (nil or not), every Duration to the
+// nanosecond, negative ones included, and Start's instant and offset. The
+// error comes back as a plain error with the message that was written:
+// its type does not survive, but Kind, Status and RawText keep what the
+// chain concluded from it. Strings come back as JSON holds them, so a
+// byte that was not UTF-8 is U+FFFD.
+//
+// It reads more than MarshalJSON writes, and refuses nothing that
+// MarshalJSON writes: a key absent or null is the field's zero value, an
+// unknown key is ignored (a newer writer's field), milliseconds may carry
+// more than six fraction digits (rounded half away from zero to the
+// nanosecond) or an exponent (read as a float64, so not exactly), and
+// start may be in any offset. It refuses a value of the wrong JSON type, a
+// number out of its field's range or an integer field with a fraction, an
+// unknown kind, and a start that is not RFC 3339: nothing MarshalJSON
+// writes, and nothing it could not write back. Its
+// errors begin "llmretry: decoding attempt: " and name the field, and a
+// failed decoding leaves a unchanged. JSON null leaves a unchanged too, as
+// encoding/json does.
 func (a *Attempt) UnmarshalJSON(data []byte) error {
-	var j attemptJSON
-	if err := json.Unmarshal(data, &j); err != nil {
-		return fmt.Errorf("llmretry: decoding attempt: %w", err)
+	if jsonType(data) == "null" {
+		return nil
 	}
-	*a = Attempt{
-		Backend:    j.Backend,
-		Model:      j.Model,
-		Try:        j.Try,
-		Status:     j.Status,
-		RawText:    j.RawText,
-		Start:      j.Start,
-		Elapsed:    time.Duration(j.ElapsedMS),
-		RetryAfter: time.Duration(j.RetryAfterMS),
-		Next:       j.Next,
-		Why:        j.Why,
-		RetryIn:    time.Duration(j.RetryInMS),
-		Delivered:  j.Delivered,
-		Skipped:    j.Skipped,
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			return fmt.Errorf("llmretry: decoding attempt: want an object, got %s", jsonType(data))
+		}
+		return fmt.Errorf("llmretry: decoding attempt: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	if j.Kind != nil {
-		a.Kind = *j.Kind
+	var got Attempt
+	for i := range attemptFields {
+		f := &attemptFields[i]
+		v, ok := raw[f.key]
+		if !ok || jsonType(v) == "null" {
+			continue
+		}
+		if err := f.read(&got, v); err != nil {
+			return fmt.Errorf("llmretry: decoding attempt: field %q: %s", f.key, err)
+		}
 	}
-	if j.Error != nil {
-		a.Err = errors.New(*j.Error)
-	}
+	*a = got
 	return nil
 }
 
-// msec is a Duration that encodes as a JSON number of milliseconds,
-// written and read exactly, so that every Duration round-trips: a float64
-// cannot hold the nanoseconds of the longest waits.
-type msec time.Duration
-
-// MarshalJSON writes the milliseconds as a decimal with up to six
-// fraction digits.
-func (m msec) MarshalJSON() ([]byte, error) {
-	ns := int64(m)
-	neg := ns < 0
-	abs := uint64(ns)
-	if neg {
-		abs = -abs
-	}
-	s := strconv.FormatUint(abs/1e6, 10)
-	if frac := abs % 1e6; frac != 0 {
-		s += strings.TrimRight(fmt.Sprintf(".%06d", frac), "0")
-	}
-	if neg {
-		s = "-" + s
-	}
-	return []byte(s), nil
+// attemptField is one key of an Attempt's JSON. write appends the value;
+// read parses one that is neither absent nor null, and reverses write
+// exactly; omit, when set, says when the key is left out, which reads back
+// as the field's zero value. A new field of Attempt is a new row in
+// attemptFields, at the place its key is to be written.
+type attemptField struct {
+	key   string
+	omit  func(a *Attempt) bool
+	write func(b []byte, a *Attempt) ([]byte, error)
+	read  func(a *Attempt, v []byte) error
 }
 
-// UnmarshalJSON reads any JSON number of milliseconds, rounding to the
-// nanosecond, and refuses a negative one (no record holds one) or one
-// that a Duration cannot hold.
-func (m *msec) UnmarshalJSON(data []byte) error {
-	s := string(data)
-	if s == "null" {
-		return nil
+// attemptFields is the wire form of an Attempt, key by key, in order.
+var attemptFields = [...]attemptField{
+	intField("backend", nil, func(a *Attempt) *int { return &a.Backend }),
+	stringField("model", nil, func(a *Attempt) *string { return &a.Model }),
+	intField("try", nil, func(a *Attempt) *int { return &a.Try }),
+	{
+		key:  "kind",
+		omit: func(a *Attempt) bool { return !a.failure() },
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return strconv.AppendQuote(b, a.Kind.String()), nil // a Kind's name is plain ASCII
+		},
+		read: func(a *Attempt, v []byte) error {
+			s, err := readString(v)
+			if err != nil {
+				return err
+			}
+			if a.Kind.UnmarshalText([]byte(s)) != nil {
+				return fmt.Errorf("unknown kind %s", shown(v))
+			}
+			return nil
+		},
+	},
+	intField("status", func(a *Attempt) bool { return !a.failure() && a.Status == 0 }, func(a *Attempt) *int { return &a.Status }),
+	{
+		key:  "error",
+		omit: func(a *Attempt) bool { return a.Err == nil },
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return appendString(b, Redact(a.Err.Error())), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			s, err := readString(v)
+			a.Err = errors.New(s)
+			return err
+		},
+	},
+	{
+		key:  "raw_text",
+		omit: func(a *Attempt) bool { return a.RawText == nil },
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return appendString(b, *a.RawText), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			s, err := readString(v)
+			a.RawText = &s
+			return err
+		},
+	},
+	{
+		key: "start",
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			t := a.Start
+			if _, off := t.Zone(); off%60 != 0 || off <= -24*60*60 || off >= 24*60*60 {
+				t = t.UTC() // RFC 3339 writes hours and minutes under a day
+			}
+			if y := t.Year(); y < 0 || y > 9999 {
+				return b, errors.New("year outside of range [0,9999]")
+			}
+			b = t.AppendFormat(append(b, '"'), time.RFC3339Nano) // as time.Time's MarshalJSON writes it
+			return append(b, '"'), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			if jsonType(v) != "string" {
+				return fmt.Errorf("want an RFC 3339 time, got %s", jsonType(v))
+			}
+			// RFC 3339 holds years 0 to 9999 and offsets in minutes under
+			// a day: whatever parses, MarshalJSON writes back as it was.
+			if err := a.Start.UnmarshalJSON(v); err != nil {
+				return fmt.Errorf("want an RFC 3339 time, got %s", shown(v))
+			}
+			return nil
+		},
+	},
+	durationField("elapsed_ms", nil, func(a *Attempt) *time.Duration { return &a.Elapsed }),
+	durationField("retry_after_ms", func(a *Attempt) bool { return a.RetryAfter == 0 }, func(a *Attempt) *time.Duration { return &a.RetryAfter }),
+	stringField("next", func(a *Attempt) bool { return a.Next == "" }, func(a *Attempt) *string { return (*string)(&a.Next) }),
+	stringField("why", func(a *Attempt) bool { return a.Why == "" }, func(a *Attempt) *string { return (*string)(&a.Why) }),
+	durationField("retry_in_ms", nil, func(a *Attempt) *time.Duration { return &a.RetryIn }),
+	boolField("delivered", nil, func(a *Attempt) *bool { return &a.Delivered }),
+	boolField("skipped", func(a *Attempt) bool { return !a.Skipped }, func(a *Attempt) *bool { return &a.Skipped }),
+}
+
+// failure reports whether the attempt's record is a failure's as its JSON
+// tells them apart: it has an error, a Next or a Kind. A record with none
+// is a success's, which has no kind in JSON.
+func (a *Attempt) failure() bool { return a.failed() || a.Kind != 0 }
+
+// intField is the row of an int field.
+func intField(key string, omit func(*Attempt) bool, field func(*Attempt) *int) attemptField {
+	return attemptField{
+		key:  key,
+		omit: omit,
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return strconv.AppendInt(b, int64(*field(a)), 10), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			if t := jsonType(v); t != "number" {
+				return fmt.Errorf("want a number, got %s", t)
+			}
+			n, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
+			switch {
+			case errors.Is(err, strconv.ErrRange):
+				return fmt.Errorf("%s is out of range", shown(v))
+			case err != nil:
+				return fmt.Errorf("want an integer, got %s", shown(v))
+			}
+			*field(a) = int(n)
+			return nil
+		},
 	}
+}
+
+// stringField is the row of a string field (Next and Why among them).
+func stringField(key string, omit func(*Attempt) bool, field func(*Attempt) *string) attemptField {
+	return attemptField{
+		key:  key,
+		omit: omit,
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return appendString(b, *field(a)), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			s, err := readString(v)
+			*field(a) = s
+			return err
+		},
+	}
+}
+
+// boolField is the row of a bool field.
+func boolField(key string, omit func(*Attempt) bool, field func(*Attempt) *bool) attemptField {
+	return attemptField{
+		key:  key,
+		omit: omit,
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return strconv.AppendBool(b, *field(a)), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			if t := jsonType(v); t != "boolean" {
+				return fmt.Errorf("want true or false, got %s", t)
+			}
+			*field(a) = v[0] == 't'
+			return nil
+		},
+	}
+}
+
+// durationField is the row of a Duration written as milliseconds.
+func durationField(key string, omit func(*Attempt) bool, field func(*Attempt) *time.Duration) attemptField {
+	return attemptField{
+		key:  key,
+		omit: omit,
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			return appendMillis(b, *field(a)), nil
+		},
+		read: func(a *Attempt, v []byte) error {
+			if t := jsonType(v); t != "number" {
+				return fmt.Errorf("want a number of milliseconds, got %s", t)
+			}
+			d, ok := parseMillis(string(v))
+			if !ok {
+				return fmt.Errorf("%s milliseconds is out of range", shown(v))
+			}
+			*field(a) = d
+			return nil
+		},
+	}
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it
+// (invalid UTF-8 as U+FFFD, HTML characters escaped).
+func appendString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
+}
+
+// readString reads a JSON string value.
+func readString(v []byte) (string, error) {
+	if t := jsonType(v); t != "string" {
+		return "", fmt.Errorf("want a string, got %s", t)
+	}
+	var s string
+	if err := json.Unmarshal(v, &s); err != nil {
+		return "", fmt.Errorf("want a string, got %s", shown(v)) // not reached: the object parsed
+	}
+	return s, nil
+}
+
+// jsonType names the type of a JSON value from its first byte, as the
+// JSON spec names them.
+func jsonType(v []byte) string {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// shown is a value as an error message quotes it: at most 40 bytes, with
+// secrets redacted, since a damaged record may hold anything.
+func shown(v []byte) string {
+	s := string(v)
+	if len(s) > 40 {
+		n := 40
+		for n > 0 && !utf8.RuneStart(s[n]) {
+			n--
+		}
+		s = s[:n] + "..."
+	}
+	return Redact(s)
+}
+
+// appendMillis appends d as a decimal number of milliseconds: the whole
+// milliseconds, then up to six fraction digits, trailing zeros left out.
+// Integer nanoseconds have at most six digits below the millisecond, so
+// the decimal is exact.
+func appendMillis(b []byte, d time.Duration) []byte {
+	abs := uint64(d)
+	if d < 0 {
+		b = append(b, '-')
+		abs = -abs // two's complement: right for math.MinInt64 too
+	}
+	b = strconv.AppendUint(b, abs/1e6, 10)
+	if frac := abs % 1e6; frac != 0 {
+		digits := strconv.AppendUint(nil, 1e6+frac, 10)[1:] // six digits, leading zeros kept
+		b = append(b, '.')
+		b = append(b, bytes.TrimRight(digits, "0")...)
+	}
+	return b
+}
+
+// parseMillis reads a JSON number of milliseconds as a Duration. The
+// integer part and six fraction digits are exact; a seventh rounds half
+// away from zero, and later ones cannot change that. A number with an
+// exponent, which appendMillis never writes, is read as a float64, so
+// that a huge exponent costs no huge number. It reports false when the
+// Duration cannot hold the number.
+func parseMillis(s string) (time.Duration, bool) {
 	if strings.ContainsAny(s, "eE") {
-		// Not what MarshalJSON writes; read it as a float, so that a huge
-		// exponent costs no huge number.
 		f, err := strconv.ParseFloat(s, 64)
 		ns := math.Round(f * float64(time.Millisecond))
-		if err != nil || math.IsNaN(ns) || ns < 0 || ns >= math.MaxInt64 {
-			return fmt.Errorf("llmretry: decoding attempt: %s milliseconds is out of range", data)
+		// -2⁶³ and 2⁶³ are exact float64s; a Duration holds [-2⁶³, 2⁶³).
+		if err != nil || math.IsNaN(ns) || ns < math.MinInt64 || ns >= math.MaxInt64 {
+			return 0, false
 		}
-		*m = msec(ns)
-		return nil
+		return time.Duration(ns), true
 	}
-	r, ok := new(big.Rat).SetString(s)
-	if !ok {
-		return fmt.Errorf("llmretry: decoding attempt: %s is not a number of milliseconds", data)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	whole, frac, _ := strings.Cut(s, ".")
+	limit := uint64(math.MaxInt64) // the largest magnitude, +1 for a negative Duration
+	if neg {
+		limit++
 	}
-	ns := new(big.Rat).Mul(r, big.NewRat(int64(time.Millisecond), 1))
-	// Round half away from zero to the nearest nanosecond.
-	q, rem := new(big.Int).QuoRem(ns.Num(), ns.Denom(), new(big.Int))
-	if new(big.Int).Mul(new(big.Int).Abs(rem), big.NewInt(2)).Cmp(ns.Denom()) >= 0 {
-		q.Add(q, big.NewInt(int64(rem.Sign())))
+	ms, err := strconv.ParseUint(whole, 10, 64)
+	if err != nil || ms > limit/1e6 {
+		return 0, false
 	}
-	if !q.IsInt64() || q.Sign() < 0 {
-		return fmt.Errorf("llmretry: decoding attempt: %s milliseconds is out of range", data)
+	ns := ms * 1e6
+	digits := frac + "000000"
+	sub, err := strconv.ParseUint(digits[:6], 10, 64)
+	if err != nil {
+		return 0, false // not reached: JSON numbers have digits here
 	}
-	*m = msec(q.Int64())
-	return nil
+	if len(frac) > 6 && frac[6] >= '5' {
+		sub++ // round half away from zero: what follows is at least half a nanosecond
+	}
+	if ns > limit-sub {
+		return 0, false
+	}
+	ns += sub
+	if neg {
+		return time.Duration(-ns), true // two's complement: right for 2⁶³ too
+	}
+	return time.Duration(ns), true
 }

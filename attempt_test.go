@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -206,7 +207,7 @@ func TestAttemptJSONKeys(t *testing.T) {
 	t.Run("bad_input", func(t *testing.T) {
 		for _, in := range []string{
 			`{"backend":0,"model":"m","try":1,"kind":"sideways"}`,
-			`{"backend":0,"model":"m","try":1,"kind":"parse","elapsed_ms":-5}`,
+			`{"backend":0,"model":"m","try":1,"kind":"parse","elapsed_ms":"5"}`,
 			`{"backend":0,"model":"m","try":1,"kind":"parse","retry_in_ms":1e300}`,
 			`[1, 2]`,
 		} {
@@ -318,5 +319,180 @@ func TestErrorLogValues(t *testing.T) {
 				t.Errorf("slog output = %s, want the cause", buf.String())
 			}
 		})
+	}
+}
+
+// What MarshalJSON writes, UnmarshalJSON reads back exactly: every field,
+// every Duration (negative ones and the extremes included), a Kind
+// without an error, a success's status.
+func TestAttemptJSONExact(t *testing.T) {
+	start := time.Date(2025, 3, 1, 12, 0, 0, 250_000_001, time.FixedZone("", -(3*60+30)*60))
+	tests := []struct {
+		name string
+		a    llmretry.Attempt
+	}{
+		{"negative_durations", llmretry.Attempt{Model: "m", Try: 1, Kind: llmretry.KindTransient, Err: errors.New("x"), Start: start, Elapsed: -1, RetryAfter: -1500 * time.Microsecond, RetryIn: -time.Hour}},
+		{"extremes", llmretry.Attempt{Model: "m", Try: 1, Kind: llmretry.KindTimeout, Err: errors.New("x"), Elapsed: math.MinInt64, RetryAfter: math.MaxInt64, RetryIn: 1}},
+		{"kind_without_error", llmretry.Attempt{Model: "m", Try: 1, Kind: llmretry.KindTruncated}},
+		{"success_with_status", llmretry.Attempt{Model: "m", Try: 1, Status: 200, Start: start}},
+		{"skip", llmretry.Attempt{Backend: 2, Model: "m", Try: 3, Kind: llmretry.KindTransient, RetryAfter: 29*time.Second + 1, Next: llmretry.NextFailOver, Why: llmretry.WhyBreaker, Skipped: true}},
+		{"outside_the_constants", llmretry.Attempt{Model: "m", Try: 1, Kind: llmretry.Kind(200), Next: llmretry.NextStop, Why: "odd"}},
+		{"negative_ints", llmretry.Attempt{Backend: -1, Model: "m", Try: math.MinInt64, Status: -1, Err: errors.New("")}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := json.Marshal(tc.a)
+			if err != nil {
+				t.Fatalf("json.Marshal() error = %v", err)
+			}
+			var got llmretry.Attempt
+			if err := json.Unmarshal(data, &got); err != nil {
+				t.Fatalf("json.Unmarshal(%s) error = %v", data, err)
+			}
+			if diff := cmp.Diff(tc.a, got, errorsByMessage, sameOffset); diff != "" {
+				t.Errorf("round trip of %s (-want +got):\n%s", data, diff)
+			}
+		})
+	}
+}
+
+// sameOffset compares times by instant and offset, as RFC 3339 keeps them.
+var sameOffset = cmp.Comparer(func(x, y time.Time) bool {
+	_, xo := x.Zone()
+	_, yo := y.Zone()
+	return x.Equal(y) && xo == yo
+})
+
+// A success's record has no "status": 0 and no kind; a failure's keeps
+// both, 0 included, so a dead-letter table's columns stay put.
+func TestAttemptJSONStatus(t *testing.T) {
+	tests := []struct {
+		name string
+		a    llmretry.Attempt
+		want string // the record's keys up to start
+	}{
+		{"success", llmretry.Attempt{Model: "m", Try: 1}, `{"backend":0,"model":"m","try":1,"start":`},
+		{"success_with_status", llmretry.Attempt{Model: "m", Try: 1, Status: 200}, `{"backend":0,"model":"m","try":1,"status":200,"start":`},
+		{"failure_without_status", llmretry.Attempt{Model: "m", Try: 1, Kind: llmretry.KindTransient, Err: errors.New("reset")}, `{"backend":0,"model":"m","try":1,"kind":"transient","status":0,"error":"reset","start":`},
+		{"unknown_failure", llmretry.Attempt{Model: "m", Try: 1, Next: llmretry.NextStop}, `{"backend":0,"model":"m","try":1,"kind":"unknown","status":0,"start":`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := json.Marshal(tc.a)
+			if err != nil || !strings.HasPrefix(string(data), tc.want) {
+				t.Errorf("json.Marshal() = %s, %v, want it to begin %s", data, err, tc.want)
+			}
+		})
+	}
+}
+
+// Milliseconds are read exactly to six fraction digits; a seventh rounds
+// half away from zero; a Duration's range bounds them on both sides.
+func TestAttemptJSONMillis(t *testing.T) {
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"-0", 0, true},
+		{"1.5", 1500 * time.Microsecond, true},
+		{"0.000001", 1, true},
+		{"0.0000005", 1, true},
+		{"0.00000049999999999999", 0, true},
+		{"-0.0000005", -1, true},
+		{"1.0000015", 1000002, true},
+		{"9223372036854.775807", math.MaxInt64, true},
+		{"9223372036854.7758074999", math.MaxInt64, true},
+		{"9223372036854.7758075", 0, false},
+		{"9223372036854.775808", 0, false},
+		{"-9223372036854.775808", math.MinInt64, true},
+		{"-9223372036854.7758085", 0, false},
+		{"99999999999999999999999", 0, false},
+		{"1e3", time.Second, true},
+		{"-1E-6", -1, true},
+		{"1e300", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			var a llmretry.Attempt
+			err := json.Unmarshal([]byte(`{"retry_in_ms":`+tc.in+`}`), &a)
+			if (err == nil) != tc.ok || a.RetryIn != tc.want {
+				t.Errorf("retry_in_ms %s: RetryIn = %d, error %v, want %d, ok %t", tc.in, a.RetryIn, err, tc.want, tc.ok)
+			}
+		})
+	}
+}
+
+// Decoding errors say "llmretry: decoding attempt:" once, name the field
+// and the JSON types, and never an internal Go type.
+func TestAttemptJSONDecodeErrors(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string
+	}{
+		{`{"backend":"1"}`, `llmretry: decoding attempt: field "backend": want a number, got string`},
+		{`{"try":1.5}`, `llmretry: decoding attempt: field "try": want an integer, got 1.5`},
+		{`{"status":1e400}`, `llmretry: decoding attempt: field "status": want an integer, got 1e400`},
+		{`{"backend":99999999999999999999}`, `llmretry: decoding attempt: field "backend": 99999999999999999999 is out of range`},
+		{`{"model":5}`, `llmretry: decoding attempt: field "model": want a string, got number`},
+		{`{"kind":"sideways"}`, `llmretry: decoding attempt: field "kind": unknown kind "sideways"`},
+		{`{"kind":3}`, `llmretry: decoding attempt: field "kind": want a string, got number`},
+		{`{"raw_text":["x"]}`, `llmretry: decoding attempt: field "raw_text": want a string, got array`},
+		{`{"start":"yesterday"}`, `llmretry: decoding attempt: field "start": want an RFC 3339 time, got "yesterday"`},
+		{`{"start":0}`, `llmretry: decoding attempt: field "start": want an RFC 3339 time, got number`},
+		{`{"elapsed_ms":"5"}`, `llmretry: decoding attempt: field "elapsed_ms": want a number of milliseconds, got string`},
+		{`{"retry_in_ms":1e300}`, `llmretry: decoding attempt: field "retry_in_ms": 1e300 milliseconds is out of range`},
+		{`{"try":1.000000000000000000000000000000000000000000001}`, `llmretry: decoding attempt: field "try": want an integer, got 1.00000000000000000000000000000000000000...`},
+		{`{"delivered":1}`, `llmretry: decoding attempt: field "delivered": want true or false, got number`},
+		{`[1, 2]`, `llmretry: decoding attempt: want an object, got array`},
+		{`{"backend":`, `llmretry: decoding attempt: unexpected end of JSON input`},
+		{`{"error":"Bearer sk-Zq81Lw02Xe93Rt64Yu75Io86", "kind":"sk-Zq81Lw02Xe93Rt64Yu75Io86"}`, `llmretry: decoding attempt: field "kind": unknown kind "REDACTED"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			var a llmretry.Attempt
+			if err := a.UnmarshalJSON([]byte(tc.in)); err == nil || err.Error() != tc.want {
+				t.Errorf("UnmarshalJSON(%s) error = %v, want %s", tc.in, err, tc.want)
+			}
+			// Through encoding/json, inside a dead-letter record, the text
+			// is the same (a syntax error aside: encoding/json finds it
+			// before it calls UnmarshalJSON).
+			if !json.Valid([]byte(tc.in)) {
+				return
+			}
+			var recs struct{ Attempts []llmretry.Attempt }
+			if err := json.Unmarshal([]byte(`{"Attempts":[`+tc.in+`]}`), &recs); err == nil || err.Error() != tc.want {
+				t.Errorf("json.Unmarshal(record with %s) error = %v, want %s", tc.in, err, tc.want)
+			}
+		})
+	}
+	// A failed decoding leaves the attempt as it was.
+	a := llmretry.Attempt{Model: "kept", Try: 4}
+	if err := a.UnmarshalJSON([]byte(`{"model":"new","try":"x"}`)); err == nil || a.Model != "kept" || a.Try != 4 {
+		t.Errorf("UnmarshalJSON(bad) = %v, attempt %+v, want an error and the attempt unchanged", err, a)
+	}
+}
+
+// A start whose year RFC 3339 cannot write is refused by MarshalJSON, and
+// its text by UnmarshalJSON.
+func TestAttemptJSONStartRange(t *testing.T) {
+	for _, year := range []int{-1, 10000} {
+		a := llmretry.Attempt{Model: "m", Try: 1, Start: time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC)}
+		if data, err := json.Marshal(a); err == nil || !strings.Contains(err.Error(), `llmretry: encoding attempt: field "start": year outside of range [0,9999]`) {
+			t.Errorf("json.Marshal(year %d) = %s, %v, want the start refused", year, data, err)
+		}
+		in := `{"start":"` + a.Start.Format(time.RFC3339Nano) + `"}`
+		var back llmretry.Attempt
+		if err := back.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("UnmarshalJSON(%s) = nil error, want the start refused", in)
+		}
+	}
+	// An offset RFC 3339 cannot write is written in UTC: the instant stays.
+	odd := time.Date(1900, 1, 1, 0, 0, 0, 0, time.FixedZone("LMT", 19*60+32))
+	data, err := json.Marshal(llmretry.Attempt{Start: odd})
+	var back llmretry.Attempt
+	if err != nil || json.Unmarshal(data, &back) != nil || !back.Start.Equal(odd) {
+		t.Errorf("round trip of a start at offset +00:19:32 = %s, %v, start %v, want the instant %v", data, err, back.Start, odd)
 	}
 }

@@ -914,20 +914,12 @@ func (r *run[Req, Resp]) stopped(why Why) error {
 // fail is the error of a call that has stopped, with every record kept.
 // ctxErr and cause are the caller's context's Err and Cause when it
 // stopped (nil while it was live; for a withdrawal that the backend
-// reported, context.Canceled and the backend's error): the caller's
-// cancellation wins over the attempts' own failures, and a deadline that
-// ran out makes it a TimedOut (or Truncated).
+// reported, context.Canceled and the backend's error). The records
+// decide, as they do for [Exhaust]: the caller's cancellation wins over
+// the attempts' own failures, and a deadline that ran out makes it a
+// TimedOut (or Truncated).
 func (r *run[Req, Resp]) fail(ctxErr, cause error) error {
-	if n := len(r.attempts); ctxErr == nil && n > 0 && r.attempts[n-1].Kind == KindCancelled {
-		ctxErr = context.Canceled
-	}
-	if errors.Is(ctxErr, context.Canceled) {
-		return &Cancelled{Attempts: r.attempts, Cause: cause}
-	}
-	if ctxErr != nil {
-		return exhaust(r.attempts, true, cause)
-	}
-	return exhaust(r.attempts, false, nil)
+	return conclude(r.attempts, ctxErr, cause)
 }
 
 // ctxKind is the Kind of an attempt ended by a done context.

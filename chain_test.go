@@ -488,6 +488,16 @@ func TestDoNestedChainAttemptRecord(t *testing.T) {
 			{Backend: 0, Model: "outer", Try: 2, Kind: llmretry.KindTransient, Status: 429, Err: limited, Start: start.Add(10 * ms), RetryAfter: 2 * time.Second, Next: llmretry.NextRetry, RetryIn: 2 * time.Second},
 			{Backend: 0, Model: "outer", Try: 3, Start: start.Add(10*ms + 2*time.Second)},
 		}
+		// An outer record's Err is the inner chain's error as inner.Do
+		// returned it; the backend's own error is a record in there, not in
+		// the inner error's tree.
+		for i := 0; i < 2 && i < len(attempts); i++ {
+			var ex *llmretry.Exhausted
+			if !errors.As(attempts[i].Err, &ex) || len(ex.Attempts) != 1 || ex.Attempts[0].Err != want[i].Err {
+				t.Errorf("outer attempt %d Err = %v, want the inner *Exhausted whose record holds %v", i, attempts[i].Err, want[i].Err)
+			}
+			want[i].Err = attempts[i].Err
+		}
 		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
 			t.Errorf("outer attempts (-want +got):\n%s", diff)
 		}
@@ -775,8 +785,9 @@ func TestDoCancelled(t *testing.T) {
 				if ca.Cause != cause {
 					t.Errorf("Cancelled.Cause = %v, want %v", ca.Cause, cause)
 				}
-				if !errors.Is(err, context.Canceled) || !errors.Is(err, cause) {
-					t.Errorf("errors.Is(err, context.Canceled), errors.Is(err, cause) = %t, %t, want true, true",
+				// The Cause is a field to read, not part of the tree.
+				if !errors.Is(err, context.Canceled) || errors.Is(err, cause) {
+					t.Errorf("errors.Is(err, context.Canceled), errors.Is(err, cause) = %t, %t, want true, false",
 						errors.Is(err, context.Canceled), errors.Is(err, cause))
 				}
 				var ex *llmretry.Exhausted
@@ -854,8 +865,11 @@ func TestDoNestedCancelledEndsOuterChain(t *testing.T) {
 		if len(ca.Attempts) != 1 || ca.Attempts[0].Kind != llmretry.KindCancelled {
 			t.Errorf("outer Cancelled.Attempts = %v, want one attempt of kind cancelled", ca.Attempts)
 		}
-		if !errors.Is(ca.Cause, closed) {
-			t.Errorf("Cancelled.Cause = %v, want the inner chain's error around %v", ca.Cause, closed)
+		// The Cause is the inner chain's *Cancelled, whose own Cause is the
+		// backend's error.
+		var innerErr *llmretry.Cancelled
+		if !errors.As(ca.Cause, &innerErr) || innerErr.Cause != closed {
+			t.Errorf("Cancelled.Cause = %v, want the inner chain's *Cancelled caused by %v", ca.Cause, closed)
 		}
 		if got := b.times(); got != nil {
 			t.Errorf("backend b calls = %v, want none", got)

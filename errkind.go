@@ -127,6 +127,14 @@ func ClassifyStatus(code int) Kind {
 // io.ErrUnexpectedEOF, io.EOF (how net/http reports a connection closed
 // before any response) and a failed dial are [KindTransient]. Anything
 // else, nil included, is [KindUnknown].
+//
+// So an error that [Chain.Do] returned is classified by its outcome
+// alone, since no attempt's error and no cause is in its tree: a
+// [*TimedOut] whose last attempt's client returned context.Canceled is
+// [KindTimeout], a [*Cancelled] whose cause is a sibling's 400 is
+// [KindCancelled]. A backend that returns an inner chain's error wrapped in
+// one of its own is classified by that inner outcome, which errors.As
+// finds beneath the backend's wrapping.
 func Classify(err error) Kind {
 	if err == nil {
 		return KindUnknown

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -13,35 +14,25 @@ import (
 // Exhausted is the error of a chain whose every backend failed. It is also
 // embedded in [Truncated] and [TimedOut], so errors.As to *Exhausted
 // catches all three. Check [Cancelled] separately: it is not an Exhausted.
+//
+// Its error tree holds the outcome and nothing else: errors.Is and
+// errors.As answer for the chain's decision, never for an attempt's error.
+// A backend's [*Failure], an SDK's error, a context.Canceled that a client
+// returned or a sentinel of the caller's own stay in Attempts[i].Err, where
+// the records keep them; look there to reach them. The last provider
+// error is the Err of the last record that has one (a record skipped for
+// its breaker sent nothing and has none).
 type Exhausted struct {
-	Attempts []Attempt // one record per failed attempt, in order
-	Summary  string    // the human-readable aggregate; generated when empty
+	Attempts []Attempt // one record per failed attempt or skip, in order
 }
 
-// Error returns Summary, or when it is empty a generated summary: a first
-// line naming what failed and the lever to pull, then each attempt on an
-// indented line of its own (an inner chain's attempts indented under the
-// attempt that ran it; past 20 attempts, the first and last 10 and a line
-// counting the rest). Secrets are redacted ([Redact]).
-func (e *Exhausted) Error() string {
-	if e.Summary != "" {
-		return Redact(e.Summary)
-	}
-	return summarize("exhausted", e.Attempts)
-}
-
-// Unwrap returns each attempt's error in order, nil ones left out, so
-// errors.Is and errors.As look into the attempts depth-first, first attempt
-// first.
-func (e *Exhausted) Unwrap() []error {
-	errs := make([]error, 0, len(e.Attempts))
-	for i := range e.Attempts {
-		if err := e.Attempts[i].Err; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errs
-}
+// Error returns a summary for people: a first line naming what failed,
+// the attempts sent and the skips counted apart, and the lever to pull,
+// then each attempt on an indented line of its own (an inner chain's
+// attempts indented under the attempt that ran it; past 20 records, the
+// first and last 10 and a line counting the rest). Secrets are redacted
+// ([Redact]).
+func (e *Exhausted) Error() string { return summarize("exhausted", e.Attempts) }
 
 // ItemRetryable reports false when there are attempts and every one was
 // [KindRejected] or [KindTruncated]: every backend refused this exact
@@ -88,19 +79,18 @@ func (e *Exhausted) outcome() (Kind, detail) {
 // attempt was cut off at the completion budget. Raising the budget (max
 // tokens) is the fix; re-running the same item is not, so it advises
 // [RetryItem] false. Truncated beats [TimedOut] when both were seen.
+//
+// errors.As finds it and its Exhausted; errors.Is matches nothing else,
+// not even context.DeadlineExceeded when the deadline also ran out (the
+// lever in its summary says so).
 type Truncated struct{ Exhausted }
 
 // Error returns the summary, naming "raise the completion budget (max
 // tokens)" as the lever, and the deadline too when it ran out.
-func (e *Truncated) Error() string {
-	if e.Summary != "" {
-		return Redact(e.Summary)
-	}
-	return summarize("truncated", e.Attempts)
-}
+func (e *Truncated) Error() string { return summarize("truncated", e.Attempts) }
 
 // Unwrap returns the embedded Exhausted, so handlers of *Exhausted catch a
-// Truncated.
+// Truncated. It is the only error in the tree beneath a Truncated.
 func (e *Truncated) Unwrap() error { return &e.Exhausted }
 
 // ItemRetryable reports false: a completion cut off by its budget is cut
@@ -126,10 +116,18 @@ func (e *Truncated) MarshalJSON() ([]byte, error) {
 func (e *Truncated) outcome() (Kind, detail) { return lastOf(e.Attempts, KindTruncated) }
 
 // TimedOut is the [Exhausted] error of a chain that ran out of time: an
-// attempt hit a deadline, or the caller's deadline passed. It matches
-// context.DeadlineExceeded and its Cause with errors.Is, and reports
-// Timeout() true. It advises [RetryItem] true: a deadline miss is
+// attempt hit a deadline, or the caller's deadline passed. It reports
+// Timeout() true and advises [RetryItem] true: a deadline miss is
 // transient.
+//
+// errors.As finds it and its Exhausted. errors.Is matches
+// context.DeadlineExceeded and the Cause itself: errors.Is(err, cause)
+// holds for the very value passed to context.WithTimeoutCause or
+// WithDeadlineCause (compared with ==), not for what that value wraps, and
+// errors.As never looks into the Cause; read the field for that. It never
+// matches context.Canceled, whatever the Cause or an attempt's error
+// wraps: a stream that stalled and whose client returned ctx.Err() timed
+// out, it was not cancelled.
 type TimedOut struct {
 	Exhausted
 	// Cause is context.Cause of the caller's context when its deadline
@@ -141,22 +139,16 @@ type TimedOut struct {
 // Error returns the summary, naming the deadline as the lever when the
 // caller's deadline passed, and the backends' timeouts when only they
 // ran out.
-func (e *TimedOut) Error() string {
-	if e.Summary != "" {
-		return Redact(e.Summary)
-	}
-	return summarize("timed out", e.Attempts)
-}
+func (e *TimedOut) Error() string { return summarize("timed out", e.Attempts) }
 
-// Unwrap returns the embedded Exhausted, context.DeadlineExceeded and
-// Cause, so errors.As to *Exhausted, errors.Is(err,
-// context.DeadlineExceeded) and errors.Is(err, cause) all hold. As for a
-// [Cancelled], errors.As finds no Exhausted or advice through the Cause.
-func (e *TimedOut) Unwrap() []error {
-	if e.Cause == nil {
-		return []error{&e.Exhausted, context.DeadlineExceeded}
-	}
-	return []error{&e.Exhausted, context.DeadlineExceeded, shieldedCause{e.Cause}}
+// Unwrap returns the embedded Exhausted, so handlers of *Exhausted catch a
+// TimedOut. It is the only error in the tree beneath a TimedOut.
+func (e *TimedOut) Unwrap() error { return &e.Exhausted }
+
+// Is reports whether target is context.DeadlineExceeded or the Cause
+// itself. It does not look into the Cause.
+func (e *TimedOut) Is(target error) bool {
+	return target == context.DeadlineExceeded || sameError(e.Cause, target)
 }
 
 // Timeout reports true, as net.Error timeouts do.
@@ -184,17 +176,24 @@ func (e *TimedOut) outcome() (Kind, detail) { return lastOf(e.Attempts, KindTime
 // [Exhausted]: a user pressing Ctrl-C is not a model failure, and must not
 // be counted or dead-lettered as one. It advises [RetryItem] true and
 // reports Timeout() false, whatever its Cause says.
+//
+// errors.Is matches context.Canceled and nothing else; errors.As finds the
+// Cancelled and nothing else. The Cause is a field to read, not part of
+// the tree, as ctx.Err() and context.Cause are apart: errgroup, for one,
+// cancels its context with a sibling's error as the cause, and that
+// sibling's 400 or Truncated is not this call's outcome.
 type Cancelled struct {
 	Attempts []Attempt // the attempts made before the withdrawal, the interrupted one included
 	Cause    error     // context.Cause of the caller's context, or the error that signalled withdrawal
 }
 
 // Error returns a one-line description: "llmretry: cancelled after N
-// attempts: cause", with secrets redacted.
+// attempts: cause" (skips counted apart, as in [Exhausted.Error]), with
+// secrets redacted.
 func (c *Cancelled) Error() string {
 	var b strings.Builder
-	b.WriteString("llmretry: cancelled after ")
-	writeCount(&b, len(c.Attempts), "attempt")
+	b.WriteString("llmretry: cancelled")
+	writeRecords(&b, c.Attempts, false)
 	if c.Cause != nil {
 		b.WriteString(": ")
 		b.WriteString(firstLine(c.Cause.Error()))
@@ -202,19 +201,8 @@ func (c *Cancelled) Error() string {
 	return Redact(b.String())
 }
 
-// Unwrap returns Cause and context.Canceled, so errors.Is holds for both.
-// The Cause is shielded: errors.As does not find an [Exhausted] (or
-// Truncated, TimedOut) or [ItemRetryable] advice beneath it, because a
-// Cancelled is never an Exhausted, whatever cancelled it. (errgroup, for
-// one, cancels its context with a sibling's error as the cause, and that
-// sibling's Truncated must not make this call look truncated.) Read the
-// Cause field to inspect it.
-func (c *Cancelled) Unwrap() []error {
-	if c.Cause == nil {
-		return []error{context.Canceled}
-	}
-	return []error{shieldedCause{c.Cause}, context.Canceled}
-}
+// Is reports whether target is context.Canceled.
+func (c *Cancelled) Is(target error) bool { return target == context.Canceled }
 
 // ItemRetryable reports true: a withdrawal says nothing about the item.
 func (c *Cancelled) ItemRetryable() bool { return true }
@@ -247,42 +235,72 @@ func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	return kind, detail{}
 }
 
-// shieldedCause is how a Cancelled or TimedOut exposes its Cause:
-// errors.Is and errors.As see through it, except to the chain's own
-// failure types and advice.
-type shieldedCause struct{ err error }
-
-func (s shieldedCause) Error() string { return Redact(s.err.Error()) }
-
-// Is reports whether the cause matches target, so errors.Is(err, cause)
-// holds; but not context.DeadlineExceeded, which the error itself answers
-// for (a Cancelled whose cause is a sibling's TimedOut did not time out).
-func (s shieldedCause) Is(target error) bool {
-	return target != context.DeadlineExceeded && errors.Is(s.err, target)
-}
-
-// As finds target in the cause, unless target is one of the chain's
-// failure types or the advice interface.
-func (s shieldedCause) As(target any) bool {
-	switch target.(type) {
-	case **Exhausted, **Truncated, **TimedOut, *ItemRetryable, *ItemRetryAfter, *typedError:
+// sameError reports whether err is target itself, compared as errors.Is
+// compares a node with its target: with ==, when target's type allows it.
+func sameError(err, target error) bool {
+	if err == nil || target == nil {
 		return false
 	}
-	return errors.As(s.err, target)
+	if t := reflect.TypeOf(target); !t.Comparable() {
+		return false
+	}
+	return err == target
 }
 
-// Exhaust returns the typed error for a chain whose attempts all failed,
-// by precedence: [*Truncated] when any attempt is [KindTruncated], else
-// [*TimedOut] when any is [KindTimeout], else [*Exhausted]. Attempts a
-// breaker skipped count for neither: nothing was cut off or timed out. The error keeps
-// attempts as given; it is never nil.
+// Exhaust returns the error of a chain whose every backend failed, chosen
+// from its records as [Chain.Do] chooses it, by precedence:
+//   - [*Truncated] when any attempt sent was [KindTruncated];
+//   - else [*TimedOut] when any attempt sent was [KindTimeout], or when the
+//     last record says the caller's deadline ran out (Why [WhyDeadline]: an
+//     attempt, a wait or a wait for a breaker that the deadline ended); its
+//     Cause is nil, since records do not keep it;
+//   - else [*Exhausted].
+//
+// A record skipped for its breaker counts for neither truncated nor timed
+// out: nothing was sent, so nothing was cut off or ran out of time. The
+// error keeps attempts as given; it is never nil, and never a [*Cancelled]:
+// records whose last one says the caller withdrew (Why [WhyCancelled])
+// are a Cancelled's, which Do returns and Exhaust does not build. For any
+// other records Do left, Exhaust returns the type Do returned, except for
+// none at all: Do, whose deadline passed before any record, returns a
+// *TimedOut with no attempts, and Exhaust(nil) an *Exhausted.
 func Exhaust(attempts []Attempt) error {
 	return exhaust(attempts, false, nil)
 }
 
-// exhaust is Exhaust for the chain, which also knows whether the caller's
-// deadline ran out, and its cause.
+// conclude is the error of a call that stopped with attempts. ctxErr and
+// cause are the caller's context's Err and Cause when Do stopped (nil
+// while it was live; for a withdrawal that the backend reported, the
+// backend's error is the cause). The caller's withdrawal, as the last
+// record or ctxErr says it, wins over the attempts' own failures;
+// otherwise the records decide as they do for [Exhaust].
+func conclude(attempts []Attempt, ctxErr, cause error) error {
+	if withdrew(attempts) || errors.Is(ctxErr, context.Canceled) {
+		return &Cancelled{Attempts: attempts, Cause: cause}
+	}
+	return exhaust(attempts, ctxErr != nil, cause)
+}
+
+// withdrew reports whether the last record says the caller withdrew, or
+// the backend said it had.
+func withdrew(attempts []Attempt) bool {
+	n := len(attempts)
+	if n == 0 {
+		return false
+	}
+	last := &attempts[n-1]
+	return last.Why == WhyCancelled || (last.Kind == KindCancelled && !last.Skipped)
+}
+
+// exhaust is the Exhausted-family error of attempts. deadline says Do saw
+// its context's deadline pass, and cause is then that context's Cause:
+// Do's records already say so in their last Why, and deadline speaks for
+// a call that ended before any record (and keeps Do's answer should a
+// record ever not say it).
 func exhaust(attempts []Attempt, deadline bool, cause error) error {
+	if n := len(attempts); n > 0 && attempts[n-1].Why == WhyDeadline {
+		deadline = true
+	}
 	truncated, timedOut := seen(attempts)
 	switch {
 	case truncated:
@@ -388,10 +406,7 @@ func summarize(what string, attempts []Attempt) string {
 	if len(attempts) == 0 {
 		b.WriteString(" before any attempt")
 	} else {
-		b.WriteString(" after ")
-		writeCount(&b, len(attempts), "attempt")
-		b.WriteString(" on ")
-		writeCount(&b, countBackends(attempts), "backend")
+		writeRecords(&b, attempts, true)
 	}
 	b.WriteString(": ")
 	b.WriteString(lever(what, attempts))
@@ -447,6 +462,30 @@ func innerAttempts(err error) []Attempt {
 		}
 	}
 	return nil
+}
+
+// writeRecords writes " after 3 attempts and 1 skip on 2 backends": the
+// requests sent and the skips for a breaker counted apart (a skip sent
+// nothing, so counting it as an attempt would overstate the load put on
+// the providers), skips left out when there are none, and the backends
+// only when asked.
+func writeRecords(b *strings.Builder, attempts []Attempt, backends bool) {
+	skips := 0
+	for i := range attempts {
+		if attempts[i].Skipped {
+			skips++
+		}
+	}
+	b.WriteString(" after ")
+	writeCount(b, len(attempts)-skips, "attempt")
+	if skips > 0 {
+		b.WriteString(" and ")
+		writeCount(b, skips, "skip")
+	}
+	if backends {
+		b.WriteString(" on ")
+		writeCount(b, countBackends(attempts), "backend")
+	}
 }
 
 // writeCount writes "1 attempt" or "3 attempts".

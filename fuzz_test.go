@@ -1,6 +1,7 @@
 package llmretry_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -245,14 +246,12 @@ func jsonString(s string) string {
 	return b.String()
 }
 
-// wantRecord is what an attempt should decode back as from its JSON: a
-// success has no Kind (the zero Kind, as Attempt documents), the error is
-// its redacted message, and strings come back as encoding/json keeps
-// them, invalid UTF-8 replaced.
+// wantRecord is what an attempt should decode back as from its JSON:
+// every field as it was, except that the error is a plain one with its
+// redacted message, strings come back as encoding/json keeps them
+// (invalid UTF-8 replaced), and a start whose offset RFC 3339 cannot write
+// comes back in UTC.
 func wantRecord(a llmretry.Attempt) llmretry.Attempt {
-	if a.Err == nil && a.Next == "" {
-		a.Kind = 0
-	}
 	if a.Err != nil {
 		a.Err = errors.New(jsonString(llmretry.Redact(a.Err.Error())))
 	}
@@ -263,8 +262,14 @@ func wantRecord(a llmretry.Attempt) llmretry.Attempt {
 	a.Model = jsonString(a.Model)
 	a.Next = llmretry.Next(jsonString(string(a.Next)))
 	a.Why = llmretry.Why(jsonString(string(a.Why)))
+	if _, off := a.Start.Zone(); off%60 != 0 || off <= -day || off >= day {
+		a.Start = a.Start.UTC()
+	}
 	return a
 }
+
+// day is a day in seconds, the bound of an offset RFC 3339 can write.
+const day = 24 * 60 * 60
 
 // sameInstant compares times as a record keeps them: the instant and the
 // zone offset, not the monotonic reading or the Location's name.
@@ -285,50 +290,80 @@ func diffAttempt(want, got llmretry.Attempt) string {
 	return d + cmp.Diff(want, got, sameInstant)
 }
 
-// nonNegative clears the sign bit, so every fuzzed duration maps onto one
-// a record may hold.
-func nonNegative(d int64) time.Duration { return time.Duration(d & math.MaxInt64) }
+// checkDecodeError checks the text of an error UnmarshalJSON returned:
+// one line, the package's prefix once, and no name of an internal type.
+func checkDecodeError(t *testing.T, data []byte, err error) {
+	t.Helper()
+	msg := err.Error()
+	const prefix = "llmretry: decoding attempt: "
+	if !strings.HasPrefix(msg, prefix) || strings.Count(msg, "llmretry:") != 1 || strings.Contains(msg, "\n") {
+		t.Errorf("UnmarshalJSON(%q) error = %q, want one line that says %q once, at its start", data, msg, prefix)
+	}
+	for _, internal := range []string{"attemptJSON", "msec", "llmretry.", "Go value", "Go struct"} {
+		if strings.Contains(msg, internal) {
+			t.Errorf("UnmarshalJSON(%q) error = %q names %q, an internal type", data, msg, internal)
+		}
+	}
+}
 
 // FuzzAttemptJSON checks Attempt's JSON on two fronts. Bytes from a
-// damaged record never make UnmarshalJSON panic, and when they decode, the
-// attempt encodes, that encoding decodes to the same attempt, and encodes
-// the same again. An attempt built from fuzzed fields (durations of any
-// length, any strings, Kinds, Next and Why values) decodes back from its
-// encoding as it was: exact durations, the redacted message of its error.
+// damaged record never make UnmarshalJSON panic; when they decode, the
+// attempt encodes, that encoding decodes to the same attempt and encodes
+// the same again (what UnmarshalJSON accepts, MarshalJSON writes back);
+// when they do not, the error reads as documented. An attempt built from
+// fuzzed fields (durations of any sign and length, any strings, Kinds,
+// Next and Why values, starts in any offset and year) decodes back from
+// its encoding exactly, and MarshalJSON refuses it only for a year that
+// RFC 3339 cannot write, which UnmarshalJSON refuses too.
 func FuzzAttemptJSON(f *testing.F) {
 	f.Add([]byte(`{"backend":1,"model":"m","try":2,"kind":"transient","status":503,"error":"http 503: x","raw_text":"","start":"2026-11-30T12:00:00.5+01:00","elapsed_ms":1.5,"retry_after_ms":9223372036854.775807,"next":"retry","retry_in_ms":30,"delivered":false}`),
-		1, 2, 503, uint8(1), "gpt", "http 503: upstream", "partial", true, true, int64(1764500000123456789), int16(60), int64(1500000), int64(math.MaxInt64), int64(30e6), "retry", "", false, false)
+		1, 2, 503, uint8(1), "gpt", "http 503: upstream", "partial", true, true, int64(1764500000123456789), int16(60), int64(1500000), int64(math.MaxInt64), int64(30e6), "retry", "", false, false, int16(0))
 	f.Add([]byte(`{"kind":"kind(255)","elapsed_ms":1e300}`),
-		0, 1, 0, uint8(255), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false)
+		0, 1, 0, uint8(255), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false, int16(0))
 	f.Add([]byte(`{"elapsed_ms":-0,"retry_in_ms":0.0000005,"retry_after_ms":1E-7,"kind":"parse"}`),
-		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fail_over", "not_retryable", true, true)
+		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fail_over", "not_retryable", true, true, int16(0))
 	f.Add([]byte(`{"error":"Bearer abc sk-Zq81Lw02Xe93Rt64Yu75","start":"0000-01-01T00:00:00+00:01","next":"stop","why":"deadline"}`),
-		0, 1, 429, uint8(6), "m", "Authorization: Bearer abc", "", true, false, int64(math.MaxInt64), int16(1439), int64(999999), int64(1), int64(1), "stop", "cancelled", false, true)
+		0, 1, 429, uint8(6), "m", "Authorization: Bearer abc", "", true, false, int64(math.MaxInt64), int16(1439), int64(999999), int64(1), int64(1), "stop", "cancelled", false, true, int16(7700))
 	// A Kind a custom Classify returned, outside the constants.
 	f.Add([]byte(`{"kind":"kind(200)","error":""}`),
-		0, 1, 0, uint8(200), "m", "", "", true, false, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "", false, false)
+		0, 1, 0, uint8(200), "m", "", "", true, false, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "", false, false, int16(-2100))
 	// A record of a failure with no error, which still keeps its Kind.
 	f.Add([]byte(`{"kind":"rejected","next":"fail_over","why":"not_retryable"}`),
-		0, 1, 400, uint8(5), "m", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "fail_over", "not_retryable", false, false)
+		0, 1, 400, uint8(5), "m", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "fail_over", "not_retryable", false, false, int16(0))
 	f.Add([]byte(`{"elapsed_ms":9223372036854.7758075}`),
-		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false)
+		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "", "", false, false, int16(0))
 	f.Add([]byte(`{"start":null,"kind":null,"error":null,"elapsed_ms":null,"model":"\ud800"}`),
-		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "weird next", "", false, false)
+		0, 0, 0, uint8(0), "", "", "", false, false, int64(0), int16(0), int64(0), int64(0), int64(0), "weird next", "", false, false, int16(0))
+	// Negative durations, the longest of them, and an offset with seconds.
+	f.Add([]byte(`{"elapsed_ms":-9223372036854.775808,"retry_in_ms":-0.000001,"backend":"1"}`),
+		0, 1, 0, uint8(3), "m", "", "", false, false, int64(1), int16(-7), int64(math.MinInt64), int64(-1), int64(-999999), "", "", false, false, int16(0))
+	// A success with a status, and a record with a Kind and nothing else.
+	f.Add([]byte(`{"status":200,"try":1.5,"delivered":"yes"}`),
+		0, 1, 200, uint8(0), "m", "", "", false, false, int64(5), int16(0), int64(1), int64(0), int64(0), "", "", true, false, int16(0))
+	f.Add([]byte(`[{"kind":"timeout"}]`),
+		0, 1, 0, uint8(2), "m", "", "", false, false, int64(5), int16(1440), int64(1), int64(0), int64(0), "", "", false, false, int16(0))
 	f.Fuzz(func(t *testing.T, data []byte,
 		backend, try, status int, kind uint8, model, msg, raw string, hasErr, hasRaw bool,
 		startNanos int64, zoneMinutes int16, elapsed, retryAfter, retryIn int64,
-		next, why string, delivered, skipped bool,
+		next, why string, delivered, skipped bool, years int16,
 	) {
 		// Bytes from a damaged or hostile record.
 		var a llmretry.Attempt
 		if err := a.UnmarshalJSON(data); err == nil {
 			checkStable(t, a)
+		} else {
+			checkDecodeError(t, data, err)
 		}
 
-		// An attempt built from fuzzed fields.
+		// An attempt built from fuzzed fields. The offset may be in
+		// minutes under a day, which RFC 3339 writes, or not.
+		off := int(zoneMinutes) * 60
+		if zoneMinutes%3 == 1 {
+			off += int(zoneMinutes % 60) // seconds too
+		}
 		zone := time.UTC
-		if off := int(zoneMinutes) % (24 * 60); off != 0 {
-			zone = time.FixedZone("", off*60) // RFC 3339 keeps minutes, within a day
+		if off != 0 {
+			zone = time.FixedZone("", off)
 		}
 		b := llmretry.Attempt{
 			Backend:    backend,
@@ -336,16 +371,16 @@ func FuzzAttemptJSON(f *testing.F) {
 			Try:        try,
 			Kind:       llmretry.Kind(kind),
 			Status:     status,
-			Elapsed:    nonNegative(elapsed),
-			RetryAfter: nonNegative(retryAfter),
+			Elapsed:    time.Duration(elapsed),
+			RetryAfter: time.Duration(retryAfter),
 			Next:       llmretry.Next(next),
 			Why:        llmretry.Why(why),
-			RetryIn:    nonNegative(retryIn),
+			RetryIn:    time.Duration(retryIn),
 			Delivered:  delivered,
 			Skipped:    skipped,
 		}
-		if startNanos != 0 {
-			b.Start = time.Unix(0, startNanos).In(zone)
+		if startNanos != 0 || years != 0 {
+			b.Start = time.Unix(0, startNanos).In(zone).AddDate(int(years), 0, 0)
 		}
 		if hasErr {
 			b.Err = errors.New(msg)
@@ -354,6 +389,25 @@ func FuzzAttemptJSON(f *testing.F) {
 			b.RawText = &raw
 		}
 		enc, err := json.Marshal(b)
+		if y := wantRecord(b).Start.Year(); y < 0 || y > 9999 {
+			// Refused on both sides: the time as RFC 3339 would write it
+			// does not decode either.
+			if err == nil {
+				t.Fatalf("json.Marshal() of a start in year %d = %s, want an error", y, enc)
+			}
+			if !strings.Contains(err.Error(), "llmretry: encoding attempt: ") {
+				t.Errorf("json.Marshal() error = %q, want it to say %q", err, "llmretry: encoding attempt: ")
+			}
+			ts := wantRecord(b).Start.Format(time.RFC3339Nano)
+			in := []byte(`{"start":"` + ts + `"}`)
+			var back llmretry.Attempt
+			if err := back.UnmarshalJSON(in); err == nil {
+				t.Errorf("UnmarshalJSON(%s) = nil error, want one: MarshalJSON refuses that time", in)
+			} else {
+				checkDecodeError(t, in, err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("json.Marshal(%#v) error: %v", b, err)
 		}
@@ -363,6 +417,12 @@ func FuzzAttemptJSON(f *testing.F) {
 		}
 		if d := diffAttempt(wantRecord(b), got); d != "" {
 			t.Errorf("decode(encode(a)) differs from a (-want +got), encoding %s:\n%s", enc, d)
+		}
+		// A success's record has no kind, and no status unless it has one.
+		if b.Err == nil && b.Next == "" && b.Kind == 0 {
+			if bytes.Contains(enc, []byte(`"kind"`)) || (b.Status == 0 && bytes.Contains(enc, []byte(`"status"`))) {
+				t.Errorf("json.Marshal() of a success = %s, want no kind and no zero status", enc)
+			}
 		}
 		checkStable(t, got)
 	})
@@ -455,12 +515,12 @@ func fuzzAttempts(r *fuzzBytes, texts string) []llmretry.Attempt {
 		if s := r.int64(); s != 0 {
 			a.Start = time.Unix(0, s).UTC()
 		}
-		a.Elapsed = nonNegative(r.int64())
-		a.RetryAfter = nonNegative(r.int64())
+		a.Elapsed = time.Duration(r.int64())
+		a.RetryAfter = time.Duration(r.int64())
 		a.Next = fuzzNexts[r.pick(len(fuzzNexts))]
 		a.Why = fuzzWhys[r.pick(len(fuzzWhys))]
 		if a.Next == llmretry.NextRetry {
-			a.RetryIn = nonNegative(r.int64())
+			a.RetryIn = time.Duration(r.int64())
 		}
 		a.Delivered = r.pick(2) == 1
 		a.Skipped = r.pick(4) == 1
@@ -510,11 +570,11 @@ func FuzzDeadLetterJSON(f *testing.F) {
 		)
 		switch which % 5 {
 		case 0:
-			err, wantOutcome = &llmretry.Exhausted{Attempts: attempts, Summary: summary}, "exhausted"
+			err, wantOutcome = &llmretry.Exhausted{Attempts: attempts}, "exhausted"
 		case 1:
-			err, wantOutcome = &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: attempts, Summary: summary}}, "truncated"
+			err, wantOutcome = &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: attempts}}, "truncated"
 		case 2:
-			err, wantOutcome = &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: attempts, Summary: summary}, Cause: cause}, "timed_out"
+			err, wantOutcome = &llmretry.TimedOut{Exhausted: llmretry.Exhausted{Attempts: attempts}, Cause: cause}, "timed_out"
 		case 3:
 			err, wantOutcome = &llmretry.Cancelled{Attempts: attempts, Cause: cause}, "cancelled"
 		case 4:

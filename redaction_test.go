@@ -174,9 +174,23 @@ func rawText(err error) string {
 			b.WriteString(e.Error())
 			b.WriteByte('\n')
 		}
+		// The chain's errors keep the attempts' errors and the cause as
+		// records and fields, not in their trees.
 		switch x := e.(type) {
 		case *llmretry.Cancelled:
 			walk(x.Cause)
+			for _, a := range x.Attempts {
+				walk(a.Err)
+			}
+			return
+		case *llmretry.Truncated:
+			walk(&x.Exhausted)
+			return
+		case *llmretry.TimedOut:
+			walk(x.Cause)
+			walk(&x.Exhausted)
+			return
+		case *llmretry.Exhausted:
 			for _, a := range x.Attempts {
 				walk(a.Err)
 			}

@@ -236,8 +236,10 @@ func TestDoStallWithoutRetries(t *testing.T) {
 		if end := time.Since(start); end != 300*ms {
 			t.Errorf("Do() returned after %v, want 300ms", end)
 		}
-		if !isTimedOut(err) || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, llmretry.ErrStalled) {
-			t.Errorf("Do() = %v (%T), want a *TimedOut matching context.DeadlineExceeded and ErrStalled", err, err)
+		// ErrStalled is the attempt's error, kept in its record; the
+		// outcome's tree holds the timeout alone.
+		if !isTimedOut(err) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, llmretry.ErrStalled) || !lastErrIs(err, llmretry.ErrStalled) {
+			t.Errorf("Do() = %v (%T), want a *TimedOut matching context.DeadlineExceeded, with ErrStalled in its last record only", err, err)
 		}
 		if !errors.Is(llmretry.ErrStalled, context.DeadlineExceeded) || llmretry.Classify(llmretry.ErrStalled) != llmretry.KindTimeout {
 			t.Errorf("ErrStalled does not match context.DeadlineExceeded or classify as timeout")

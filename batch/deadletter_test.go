@@ -210,12 +210,12 @@ func TestDeadLetterJSON(t *testing.T) {
 		{"redacted", batch.DeadLetter{ID: "c", Why: batch.WhyNotRetryable, Runs: 1, Err: errors.New("refused: Authorization: Bearer sk-abcdefghijklmnopqrstuvwxyz012345")},
 			`{"id":"c","why":"not_retryable","runs":1,"error":{"error":"refused: Authorization: Bearer REDACTED"},"earlier":[],"omitted":0}`},
 		{"nil", batch.DeadLetter{ID: "d"}, `{"id":"d","why":"","runs":0,"error":null,"earlier":[],"omitted":0}`},
-		{"core", batch.DeadLetter{ID: "e", Why: batch.WhyRunsUsed, Runs: 1, Err: &llmretry.Exhausted{Summary: "llmretry: exhausted"}},
-			`{"id":"e","why":"runs_used","runs":1,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted","attempts":[]},"earlier":[],"omitted":0}`},
+		{"core", batch.DeadLetter{ID: "e", Why: batch.WhyRunsUsed, Runs: 1, Err: &llmretry.Exhausted{}},
+			`{"id":"e","why":"runs_used","runs":1,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","attempts":[]},"earlier":[],"omitted":0}`},
 		{"earlier", batch.DeadLetter{ID: "f", Why: batch.WhyRunsUsed, Runs: 9, Err: errors.New("run 9"),
-			Earlier: []error{errors.New("run 1"), &llmretry.Exhausted{Summary: "run 6"}, nil, errors.New("run 8 key=sk-abcdefghijklmnopqrstuvwxyz012345")}, Omitted: 4},
+			Earlier: []error{errors.New("run 1"), &llmretry.Exhausted{}, nil, errors.New("run 8 key=sk-abcdefghijklmnopqrstuvwxyz012345")}, Omitted: 4},
 			`{"id":"f","why":"runs_used","runs":9,"error":{"error":"run 9"},"earlier":[{"error":"run 1"},` +
-				`{"outcome":"exhausted","item_retryable":true,"error":"run 6","attempts":[]},null,{"error":"run 8 key=REDACTED"}],"omitted":4}`},
+				`{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","attempts":[]},null,{"error":"run 8 key=REDACTED"}],"omitted":4}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -548,8 +548,14 @@ func TestLongNonStreamingRequest(t *testing.T) {
 		b := anthropicretry.Messages(newClient(srv), "claude-a", long)
 		b.Retry = tiny
 		_, records, err := run(t.Context(), b)
-		if !errors.Is(err, llmretry.ErrConfig) {
-			t.Fatalf("Do() = %v, want an error wrapping ErrConfig", err)
+		// The attempt's error wraps ErrConfig and stays in its record; the
+		// chain's outcome is the Exhausted of a refused request.
+		var ex *llmretry.Exhausted
+		if !errors.As(err, &ex) || len(ex.Attempts) != 1 || !errors.Is(ex.Attempts[0].Err, llmretry.ErrConfig) {
+			t.Fatalf("Do() = %v, want an *Exhausted whose record's Err wraps ErrConfig", err)
+		}
+		if errors.Is(err, llmretry.ErrConfig) {
+			t.Errorf("errors.Is(Do(), ErrConfig) = true, want false: an attempt's error is not in the outcome's tree")
 		}
 		if !strings.Contains(err.Error(), "MessagesStream") {
 			t.Errorf("Do() = %q, want it to name MessagesStream", err)

@@ -39,6 +39,8 @@
 // attempt fails at once, without a request, with a rejected configuration
 // error that wraps [llmretry.ErrConfig], advises [llmretry.RetryItem]
 // false and names [MessagesStream], the better choice for long answers.
+// The chain then returns an [*llmretry.Exhausted]; the configuration error
+// is its record's Err, not in its error tree.
 //
 // # Errors
 //
@@ -46,7 +48,8 @@
 // server's retry-after hint and x-should-retry, and a message naming the
 // provider's error type and message and the request id, with keys and
 // URL secrets redacted; errors.As still finds the *anthropic.Error
-// beneath it. 429, 5xx and 529 (overloaded) are
+// beneath it, in the attempt's record (Attempts[i].Err), not in the error
+// Do returns. 429, 5xx and 529 (overloaded) are
 // transient and retried; other 4xx, among them a prompt too long for the
 // model, are rejected and fail over at once. An error event inside a
 // stream that began with 200 is recorded with the status its type stands

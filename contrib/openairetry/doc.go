@@ -38,7 +38,8 @@
 // finish_reason of "length" with [llmretry.Truncation] and the partial
 // text, an answer with no text and no tool call with
 // [llmretry.ParseFailure]. errors.As finds the *openai.Error beneath the
-// Failure.
+// Failure, which the chain keeps as the attempt's record (Attempts[i].Err),
+// not in the error Do returns.
 //
 // # Timing
 //
