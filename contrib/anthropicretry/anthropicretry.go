@@ -309,11 +309,14 @@ func Failure(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*llmretry.Failure](err); ok {
+	// errors.As rather than errors.AsType, which would need Go 1.26: the
+	// SDK needs only 1.25, and so does this package.
+	var mapped *llmretry.Failure
+	if errors.As(err, &mapped) {
 		return err
 	}
-	apiErr, ok := errors.AsType[*anthropic.Error](err)
-	if !ok {
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) {
 		return err
 	}
 	var header http.Header

@@ -142,7 +142,8 @@ func matchLog(t *testing.T, records []llmretry.Attempt, err error, servers ...*l
 		}
 	}
 
-	if exhausted, ok := errors.AsType[*llmretry.Exhausted](err); ok {
+	var exhausted *llmretry.Exhausted
+	if errors.As(err, &exhausted) {
 		var failed []llmretry.Attempt
 		for _, a := range records {
 			if a.Err != nil {
@@ -363,7 +364,7 @@ func TestContextLengthFailsOverAtOnce(t *testing.T) {
 			_, records, err := run(t.Context(),
 				m.backend(client, "claude-a", tiny, nil),
 				m.backend(client, "claude-b", tiny, nil))
-			if _, ok := errors.AsType[*llmretry.Exhausted](err); !ok {
+			if !errors.As(err, new(*llmretry.Exhausted)) {
 				t.Fatalf("Do() = %v, want an *llmretry.Exhausted", err)
 			}
 			checkKinds(t, records, "claude-a rejected", "claude-b rejected")
@@ -393,7 +394,7 @@ func TestTruncationKeepsPartialText(t *testing.T) {
 			if m.stream {
 				// The caller already holds the streamed words, so the
 				// truncation is the chain's answer: nothing else is tried.
-				if _, ok := errors.AsType[*llmretry.Truncated](err); !ok {
+				if !errors.As(err, new(*llmretry.Truncated)) {
 					t.Fatalf("Do() = %v, want an *llmretry.Truncated", err)
 				}
 				checkKinds(t, records, "claude-a truncated")
