@@ -258,6 +258,12 @@ func complete(msg *anthropic.Message, text string) (llmretry.Completion, error) 
 func partial(err error, text string) error {
 	mapped := Failure(err)
 	f, ok := mapped.(*llmretry.Failure)
+	if !ok && text == "" {
+		// Nothing to carry: the chain classifies the error itself, and the
+		// record reads as that of a plain request (or of openairetry's
+		// stream) cut the same way, "llmretry: attempt timeout" for one.
+		return mapped
+	}
 	if !ok {
 		// A transport error: classify it now, as the chain would have, so
 		// that it can carry the text.
