@@ -2,6 +2,7 @@ module github.com/llmretry/llmretry
 
 go 1.25.0
 
-require github.com/google/go-cmp v0.7.0
-
-require golang.org/x/sync v0.22.0
+require (
+	github.com/google/go-cmp v0.7.0
+	golang.org/x/sync v0.22.0
+)

@@ -8,7 +8,7 @@ require (
 	github.com/cenkalti/backoff/v5 v5.0.3
 	github.com/cenkalti/backoff/v7 v7.0.3
 	github.com/failsafe-go/failsafe-go v0.9.8
-	github.com/llmretry/llmretry v0.0.0
+	github.com/llmretry/llmretry v0.1.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/sethvargo/go-retry v0.5.0
 	gonum.org/v1/plot v0.17.0

@@ -258,6 +258,12 @@ func complete(msg *anthropic.Message, text string) (llmretry.Completion, error) 
 func partial(err error, text string) error {
 	mapped := Failure(err)
 	f, ok := mapped.(*llmretry.Failure)
+	if !ok && text == "" {
+		// Nothing to carry: the chain classifies the error itself, and the
+		// record reads as that of a plain request (or of openairetry's
+		// stream) cut the same way, "llmretry: attempt timeout" for one.
+		return mapped
+	}
 	if !ok {
 		// A transport error: classify it now, as the chain would have, so
 		// that it can carry the text.
@@ -309,11 +315,14 @@ func Failure(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := errors.AsType[*llmretry.Failure](err); ok {
+	// errors.As rather than errors.AsType, which would need Go 1.26: the
+	// SDK needs only 1.25, and so does this package.
+	var mapped *llmretry.Failure
+	if errors.As(err, &mapped) {
 		return err
 	}
-	apiErr, ok := errors.AsType[*anthropic.Error](err)
-	if !ok {
+	var apiErr *anthropic.Error
+	if !errors.As(err, &apiErr) {
 		return err
 	}
 	var header http.Header

@@ -142,7 +142,8 @@ func matchLog(t *testing.T, records []llmretry.Attempt, err error, servers ...*l
 		}
 	}
 
-	if exhausted, ok := errors.AsType[*llmretry.Exhausted](err); ok {
+	var exhausted *llmretry.Exhausted
+	if errors.As(err, &exhausted) {
 		var failed []llmretry.Attempt
 		for _, a := range records {
 			if a.Err != nil {
@@ -363,7 +364,7 @@ func TestContextLengthFailsOverAtOnce(t *testing.T) {
 			_, records, err := run(t.Context(),
 				m.backend(client, "claude-a", tiny, nil),
 				m.backend(client, "claude-b", tiny, nil))
-			if _, ok := errors.AsType[*llmretry.Exhausted](err); !ok {
+			if !errors.As(err, new(*llmretry.Exhausted)) {
 				t.Fatalf("Do() = %v, want an *llmretry.Exhausted", err)
 			}
 			checkKinds(t, records, "claude-a rejected", "claude-b rejected")
@@ -393,7 +394,7 @@ func TestTruncationKeepsPartialText(t *testing.T) {
 			if m.stream {
 				// The caller already holds the streamed words, so the
 				// truncation is the chain's answer: nothing else is tried.
-				if _, ok := errors.AsType[*llmretry.Truncated](err); !ok {
+				if !errors.As(err, new(*llmretry.Truncated)) {
 					t.Fatalf("Do() = %v, want an *llmretry.Truncated", err)
 				}
 				checkKinds(t, records, "claude-a truncated")
@@ -657,8 +658,8 @@ func TestStreamWithoutMessageStop(t *testing.T) {
 	}
 }
 
-// An attempt ended by Backend.Timeout says so in its record, not as the
-// SDK's bare "context deadline exceeded".
+// An attempt ended by Backend.Timeout says so in its record, "llmretry:
+// attempt timeout", not as the SDK's bare "context deadline exceeded".
 func TestTimeoutNamesItsCause(t *testing.T) {
 	t.Parallel()
 	steps := map[string]llmretrytest.Step{"json": llmretrytest.StallHeaders(), "stream": llmretrytest.StreamStall(0)}
@@ -674,8 +675,9 @@ func TestTimeoutNamesItsCause(t *testing.T) {
 				t.Fatalf("Do() = %q, %v; want the retry's answer", answer.Text, err)
 			}
 			checkKinds(t, records, "claude-a timeout", "claude-a ok")
-			if msg := records[0].Err.Error(); !strings.Contains(msg, "attempt timeout") {
-				t.Errorf("timed-out record's error = %q, want it to name the attempt timeout", msg)
+			// The same text as openairetry's record of the same attempt.
+			if got, want := records[0].Err.Error(), llmretry.ErrAttemptTimeout.Error(); got != want {
+				t.Errorf("timed-out record's error = %q, want %q", got, want)
 			}
 			matchLog(t, records, err, srv)
 		})

@@ -1,6 +1,6 @@
 // Package anthropicretry provides [llmretry] Backends for the official Go
 // SDK of Anthropic's Messages API (github.com/anthropics/anthropic-sdk-go),
-// so that a Chain can retry Claude models, fail over between them, and fall
+// so that a Chain can retry Claude models, fail over between them, and fail
 // over to and from other providers' models, all answering with a
 // [llmretry.Completion]:
 //
@@ -10,6 +10,12 @@
 //		Backends: []llmretry.Backend[Prompt, llmretry.Completion]{claude, fallback},
 //	}
 //	answer, err := chain.Do(ctx, prompt)
+//
+// It takes the SDK's major version 2, github.com/anthropics/anthropic-sdk-go/v2
+// (an anthropic.Client of v1 is another type and does not compile here),
+// and needs Go 1.25, as that SDK does:
+//
+//	go get github.com/llmretry/llmretry/contrib/anthropicretry
 //
 // [Messages] sends one request and waits for the whole answer;
 // [MessagesStream] streams it and hands the text to a callback as it comes.
@@ -30,7 +36,10 @@
 // override it: a non-streaming request gets the time left before the
 // attempt's deadline, a stream none. Bound an attempt with
 // Backend.Timeout, and end a stream that stops sending text with
-// Backend.StallTimeout.
+// Backend.StallTimeout. An attempt that one of them ends fails with the
+// chain's cause, [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled],
+// rather than the SDK's bare context error, so its record says whose
+// clock ran out.
 //
 // The SDK refuses a non-streaming request that may run longer than ten
 // minutes (a large max_tokens for the model) unless it has a request

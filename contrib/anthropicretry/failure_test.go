@@ -101,8 +101,8 @@ func TestFailureAPIErrors(t *testing.T) {
 			t.Parallel()
 			sdkErr := apiError(t, tc.status, tc.header, tc.body)
 			err := anthropicretry.Failure(fmt.Errorf("wrapped: %w", sdkErr))
-			f, ok := errors.AsType[*llmretry.Failure](err)
-			if !ok {
+			var f *llmretry.Failure
+			if !errors.As(err, &f) {
 				t.Fatalf("Failure() = %T %v, want a *llmretry.Failure", err, err)
 			}
 			got := mapped{f.Kind, f.Status, f.RetryAfter, f.Error()}
@@ -117,7 +117,8 @@ func TestFailureAPIErrors(t *testing.T) {
 			if k := llmretry.Classify(err); k != tc.want.Kind {
 				t.Errorf("Classify(Failure()) = %v, want %v", k, tc.want.Kind)
 			}
-			if back, ok := errors.AsType[*anthropic.Error](err); !ok || back != sdkErr {
+			var back *anthropic.Error
+			if ok := errors.As(err, &back); !ok || back != sdkErr {
 				t.Errorf("errors.As(Failure(), *anthropic.Error) = %v, %v; want the SDK's error", back, ok)
 			}
 		})

@@ -12,6 +12,12 @@
 //	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{gpt, mini}}
 //	answer, err := chain.Do(ctx, "Why is the sky blue?")
 //
+// It takes the SDK's major version 3, github.com/openai/openai-go/v3 (an
+// openai.Client of another major version is another type and does not
+// compile here), and needs Go 1.26, as that SDK does:
+//
+//	go get github.com/llmretry/llmretry/contrib/openairetry
+//
 // [Chat] makes one plain request per attempt; [ChatStream] streams and
 // hands the text to a callback as it arrives. Both answer with an
 // [llmretry.Completion], whose Raw is the *openai.ChatCompletion, so
@@ -49,7 +55,10 @@
 // answer, so a healthy stream that is still sending is cut and, with text
 // delivered, cannot be retried. Set Timeout on the returned Backend to
 // bound each attempt, and, for [ChatStream], StallTimeout to bound the
-// silence before the first piece of text and between later ones.
+// silence before the first piece of text and between later ones. An
+// attempt that one of them ends fails with the chain's cause,
+// [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled], rather than the
+// SDK's bare context error, so its record says whose clock ran out.
 //
 // # Concurrency
 //

@@ -43,7 +43,7 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 			cc, err := client.Chat.Completions.New(ctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			if err != nil {
-				return llmretry.Completion{}, Failure(err)
+				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
 			return answer(cc, requestSuffix(resp))
 		},
@@ -113,7 +113,7 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 			}
 			text := firstText(&acc.ChatCompletion)
 			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, streamFailure(err, resp, text)
+				return llmretry.Completion{}, streamFailure(causeOf(ctx, err), resp, text)
 			}
 			if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
 				// A proxy or provider that drops the stream cleanly leaves no
@@ -128,6 +128,20 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 			return answer(&cc, requestSuffix(resp))
 		},
 	}
+}
+
+// causeOf returns why ctx ended when err is the SDK's bare report of it.
+// The SDK returns ctx.Err() as it is when a request is cut before its
+// response, and "context deadline exceeded" would hide that the chain's
+// Timeout or StallTimeout ended the attempt, or what the caller gave as the
+// cause; anthropicretry reports the same cause for the same attempt.
+func causeOf(ctx context.Context, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
+		if cause := context.Cause(ctx); cause != nil {
+			return cause
+		}
+	}
+	return err
 }
 
 // prepare applies the backend's model to the parameters build returned.

@@ -1,4 +1,4 @@
-package anthropicretry_test
+package main
 
 import (
 	"context"
@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
-	"github.com/anthropics/anthropic-sdk-go/v2/option"
+	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
-	ooption "github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/contrib/anthropicretry"
@@ -16,18 +16,38 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// One chain across both providers: Anthropic first, OpenAI when Anthropic
+// One chain across both providers: OpenAI first, Anthropic when OpenAI
 // gives up. Both answer a Completion, so the caller does not care which
 // did. Two scripted servers stand in for the APIs; against the real ones,
-// build the clients with anthropic.NewClient() and openai.NewClient().
-func Example_acrossProviders() {
+// build the clients with openai.NewClient() and anthropic.NewClient().
+func Example_openAIFirst() {
+	openaiAPI, anthropicAPI := llmretrytest.NewServer(), llmretrytest.NewServer()
+	defer openaiAPI.Close()
+	defer anthropicAPI.Close()
+	openaiAPI.Script("gpt-4o", llmretrytest.Status(503)) // down, for good
+	anthropicAPI.Script("claude-sonnet-4-5", llmretrytest.Answer("Rayleigh scattering."))
+	chain := newChain(
+		openai.NewClient(option.WithBaseURL(openaiAPI.OpenAIBaseURL()), option.WithAPIKey("sk-example")),
+		anthropic.NewClient(aoption.WithBaseURL(anthropicAPI.AnthropicBaseURL()), aoption.WithAPIKey("sk-ant-example")),
+	)
+	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
+
+	fmt.Println(answer.Model+":", answer.Text, err)
+	fmt.Println("requests to OpenAI:", len(openaiAPI.Requests()), "to Anthropic:", len(anthropicAPI.Requests()))
+	// Output:
+	// claude-sonnet-4-5: Rayleigh scattering. <nil>
+	// requests to OpenAI: 2 to Anthropic: 1
+}
+
+// The other way round: Anthropic first, OpenAI when Anthropic gives up.
+func Example_anthropicFirst() {
 	anthropicAPI, openaiAPI := llmretrytest.NewServer(), llmretrytest.NewServer()
 	defer anthropicAPI.Close()
 	defer openaiAPI.Close()
 	anthropicAPI.Script("claude-sonnet-4-5", llmretrytest.Status(529)) // overloaded, for good
 	openaiAPI.Script("gpt-4o", llmretrytest.Answer("Rayleigh scattering."))
-	ant := anthropic.NewClient(option.WithBaseURL(anthropicAPI.AnthropicBaseURL()), option.WithAPIKey("sk-ant-example"))
-	oai := openai.NewClient(ooption.WithBaseURL(openaiAPI.OpenAIBaseURL()), ooption.WithAPIKey("sk-example"))
+	ant := anthropic.NewClient(aoption.WithBaseURL(anthropicAPI.AnthropicBaseURL()), aoption.WithAPIKey("sk-ant-example"))
+	oai := openai.NewClient(option.WithBaseURL(openaiAPI.OpenAIBaseURL()), option.WithAPIKey("sk-example"))
 
 	claude := anthropicretry.Messages(ant, "claude-sonnet-4-5", func(q string) anthropic.MessageNewParams {
 		return anthropic.MessageNewParams{MaxTokens: 1024, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(q))}}

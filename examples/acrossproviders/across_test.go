@@ -1,4 +1,4 @@
-package openairetry_test
+package main
 
 import (
 	"context"
@@ -17,36 +17,6 @@ import (
 	"github.com/llmretry/llmretry/contrib/openairetry"
 	"github.com/llmretry/llmretry/llmretrytest"
 )
-
-// One chain across both providers: OpenAI first, Anthropic when OpenAI gives
-// up. Both answer a Completion, so the caller does not care which did. Two
-// scripted servers stand in for the APIs; against the real ones, build the
-// clients with openai.NewClient() and anthropic.NewClient().
-func Example_acrossProviders() {
-	openaiAPI, anthropicAPI := llmretrytest.NewServer(), llmretrytest.NewServer()
-	defer openaiAPI.Close()
-	defer anthropicAPI.Close()
-	openaiAPI.Script("gpt-4o", llmretrytest.Status(503)) // down, for good
-	anthropicAPI.Script("claude-sonnet-4-5", llmretrytest.Answer("Rayleigh scattering."))
-	oai := openai.NewClient(option.WithBaseURL(openaiAPI.OpenAIBaseURL()), option.WithAPIKey("sk-example"))
-	ant := anthropic.NewClient(aoption.WithBaseURL(anthropicAPI.AnthropicBaseURL()), aoption.WithAPIKey("sk-ant-example"))
-
-	gpt := openairetry.Chat(oai, "gpt-4o", func(q string) openai.ChatCompletionNewParams {
-		return openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(q)}}
-	})
-	gpt.Retry = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}} // seconds in production
-	claude := anthropicretry.Messages(ant, "claude-sonnet-4-5", func(q string) anthropic.MessageNewParams {
-		return anthropic.MessageNewParams{MaxTokens: 1024, Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(q))}}
-	})
-	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{gpt, claude}}
-	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
-
-	fmt.Println(answer.Model+":", answer.Text, err)
-	fmt.Println("requests to OpenAI:", len(openaiAPI.Requests()), "to Anthropic:", len(anthropicAPI.Requests()))
-	// Output:
-	// claude-sonnet-4-5: Rayleigh scattering. <nil>
-	// requests to OpenAI: 2 to Anthropic: 1
-}
 
 // A chain from OpenAI to Anthropic fails over across providers, with one
 // request per attempt and the records matching each server's log: OpenAI's
