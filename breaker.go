@@ -35,9 +35,9 @@ const DefaultCooldown = 30 * time.Second
 //     panic, says nothing about the backend and is not counted.
 //   - Open, a call skips the backend without sending anything, and records
 //     the skip as an attempt (Skipped, Why "breaker"). When the backend is
-//     the last one the call can try, it waits instead, within the bounds
-//     that [Policy] states for a wait for a breaker; otherwise it stops,
-//     or fails over when it still has somewhere to go.
+//     the last one the call can try, it waits instead, within the bound
+//     that [Backend.Breaker] states; otherwise it stops. A call that
+//     skipped it may come back to it, as Backend.Breaker says.
 //   - Half-open, after the open period, one call at a time goes through as
 //     a probe while others skip or wait. A transient or timeout failure
 //     opens it again for Cooldown, or until its own retry-after. An

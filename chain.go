@@ -122,7 +122,10 @@ type Backend[Req, Resp any] struct {
 	// one attempt, no retries.
 	Retry Policy
 	// Timeout bounds each attempt as a whole; an attempt that hits it is
-	// [KindTimeout], retried as the policy allows. 0 means none.
+	// [KindTimeout], retried as the policy allows. 0 means none. Retries
+	// cost money as well as time: a timed-out attempt may have been
+	// finished and billed by the provider with nothing recorded, so its
+	// retry can be billed twice.
 	Timeout time.Duration
 	// StallTimeout is the longest an attempt may go without output: from
 	// its start to its first [Delivered] call, and between later ones. A
@@ -135,26 +138,37 @@ type Backend[Req, Resp any] struct {
 	// recorded as timeout whatever error the Call returns. 0 means none.
 	StallTimeout time.Duration
 	// Breaker, when set, is the backend's health shared across calls: while
-	// it is open, calls skip the backend (or, when it is the last they can
-	// try, wait for it) instead of spending their own retries on it, and a
-	// retry-after hint is the wait itself rather than a floor under the
-	// policy's wait. Share one pointer among every chain that calls the
-	// same deployment. nil means none.
+	// it is open, calls skip the backend instead of spending their own
+	// retries on it, and a retry-after hint is the wait itself rather than
+	// a floor under the policy's wait, so the caller that got it comes back
+	// when the breaker half-opens, with everyone else. Share one pointer
+	// among every chain that calls the same deployment. nil means none.
+	// [Breaker] has the rules of its states.
+	//
+	// A call that skipped the backend comes back to it when every backend
+	// after it failed for a reason about the request (truncated, rejected,
+	// parse, unknown); a backend skipped too does not count against it. A
+	// backend whose retry was put off, because its breaker would still be
+	// open when the wait ended, is come back to in the same way; when it
+	// failed for the backend's health, it rules out coming back to those
+	// skipped before it. The backends to come back to are chosen once, when
+	// the call has been through the whole chain, and are tried in chain
+	// order, each once, going on with their tries and waits where they left
+	// them.
 	//
 	// A call waits for the breaker only when the backend is the last it
 	// can try, and never longer than it would have spent retrying the
-	// backend without one: its time on the backend, from when it first
-	// came to it (sent or skipped) to the end of the wait, stays within
-	// the waits of Retry (a last wait that repeats under a
-	// deadline counts as often as MaxTries allows, and once without it:
-	// an open breaker is the backend saying it is down, and the repeats
-	// are for a backend that may answer at any moment), no further than
-	// MaxWait from when it began to wait, and ending with the reserve
-	// still left before the deadline. A breaker that a
-	// retry-after hint opened is the exception: the provider said when it
-	// would be back, so the call may wait it out within MaxWait and the
-	// reserve. When the breaker will not half-open within the bound, the
-	// call does not wait: it stops, with Why [WhyBreaker].
+	// backend without one: its time on the backend, from when it first came
+	// to it (sent or skipped) to the end of the wait, stays within the
+	// waits of Retry (a last wait that repeats under a deadline counts as
+	// often as MaxTries allows, and once without it: an open breaker is the
+	// backend saying it is down, and the repeats are for a backend that may
+	// answer at any moment), no further than MaxWait from when it began to
+	// wait, and ending with the reserve still left before the deadline. A
+	// breaker that a retry-after hint opened is the exception: the provider
+	// said when it would be back, so the call may wait it out within
+	// MaxWait and the reserve. When the breaker will not half-open within
+	// the bound, the call does not wait: it stops, with Why [WhyBreaker].
 	Breaker *Breaker
 }
 
@@ -209,8 +223,10 @@ func (e *configError) ItemRetryable() bool { return false }
 // Validate reports the first configuration mistake in the chain, or nil:
 // no backends, a nil Call, a negative wait, Timeout, StallTimeout or
 // MaxTries, a Jitter outside [0, 1], or Reserve, MaxWait, Jitter or
-// MaxTries set while Waits is empty. The error names the backend by index and Model and wraps
-// [ErrConfig]. Do runs the same checks before calling any backend.
+// MaxTries set while Waits is empty. The error names the backend by index
+// and Model, as in "llmretry: backend 1 (gpt-4o): wait 2 is negative",
+// and wraps [ErrConfig]. Do runs the same checks before calling any
+// backend.
 func (c *Chain[Req, Resp]) Validate() error {
 	if c == nil {
 		return &configError{"llmretry: chain is nil"}
@@ -292,7 +308,15 @@ func modelName(model string) string {
 //
 // Do run by a backend of another chain that retries (a nested chain) makes
 // one attempt per backend and never waits, so retries do not multiply;
-// see [Standalone] for a chain that should retry on its own.
+// see [Standalone] for a chain that should retry on its own. An inner
+// chain's error is recorded in the outer attempt with the Kind that
+// [Classify] gives it.
+//
+// Do runs the backends and OnAttempt on the calling goroutine and starts
+// no goroutine of its own (the timers of Timeout and StallTimeout run
+// their callbacks as timers do); it stops every timer it starts before it
+// returns. A success without Timeout or StallTimeout reads the clock
+// twice and allocates once, for the attempt's context.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	var zero Resp
 	if err := c.Validate(); err != nil {

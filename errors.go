@@ -116,7 +116,9 @@ func (e *Truncated) MarshalJSON() ([]byte, error) {
 func (e *Truncated) outcome() (Kind, detail) { return lastOf(e.Attempts, KindTruncated) }
 
 // TimedOut is the [Exhausted] error of a chain that ran out of time: an
-// attempt hit a deadline, or the caller's deadline passed. It reports
+// attempt hit a deadline, or the caller's deadline passed. Retries that
+// stopped because the next wait would not leave the reserve give an
+// Exhausted instead: nothing ran out of time. It reports
 // Timeout() true and advises [RetryItem] true: a deadline miss is
 // transient.
 //

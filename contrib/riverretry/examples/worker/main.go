@@ -106,15 +106,17 @@ func run(dbURL string, insert int) error {
 	providers := newProviders()
 	defer providers.close()
 
-	// One run may retry for up to JobTimeout minus the reserve, 25s. A
-	// retry-after longer than MaxWait, or one that would end inside the
-	// reserve, ends the run with advice instead, and the adapter snoozes
-	// the job rather than spending an attempt.
+	// One run sends at most four requests, within JobTimeout minus the
+	// reserve: River runs the job again, so a run need not retry until
+	// its deadline. A retry-after longer than MaxWait, or one that would
+	// end inside the reserve, ends the run with advice instead, and the
+	// adapter snoozes the job rather than spending an attempt.
 	policy := llmretry.Policy{
-		Waits:   []time.Duration{time.Second, 2 * time.Second},
-		Jitter:  0.2,
-		Reserve: 5 * time.Second,
-		MaxWait: 5 * time.Second,
+		Waits:    []time.Duration{time.Second, 2 * time.Second},
+		MaxTries: 4,
+		Jitter:   0.2,
+		Reserve:  5 * time.Second,
+		MaxWait:  5 * time.Second,
 	}
 	chain := &llmretry.Chain[PromptArgs, string]{
 		Backends: []llmretry.Backend[PromptArgs, string]{
