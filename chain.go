@@ -541,7 +541,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		if v.held {
 			// Let go, at its turn in the breaker's line.
 			if !sleepUntil(r.ctx, v.until, v.changed) {
-				return false, r.skip(b, bi, try, time.Now(), seen, NextStop, whyCtx(r.ctx.Err())), false
+				return false, r.skip(b, bi, try, began, time.Now(), seen, NextStop, whyCtx(r.ctx.Err())), false
 			}
 			continue
 		}
@@ -549,7 +549,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		if last := r.plan.last(v.kind); !last || r.nested {
 			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
-			return false, r.skip(b, bi, try, now, v, giveUp(WhyBreaker, last), WhyBreaker), false
+			return false, r.skip(b, bi, try, began, now, v, giveUp(WhyBreaker, last), WhyBreaker), false
 		}
 		// The last backend the call can try: wait for it to half-open, or
 		// for a probe in flight to end, within the bound.
@@ -567,10 +567,10 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 			end = minTime(end, waitsEnd)
 		}
 		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
-			return false, r.skip(b, bi, try, now, v, NextStop, WhyDeadline), false
+			return false, r.skip(b, bi, try, began, now, v, NextStop, WhyDeadline), false
 		}
 		if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
-			return false, r.skip(b, bi, try, now, v, NextStop, WhyBreaker), false
+			return false, r.skip(b, bi, try, began, now, v, NextStop, WhyBreaker), false
 		}
 		if w == nil {
 			w = br.join(r.start, now)
@@ -583,7 +583,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(end) {
 			// The caller's context ended the wait. (At the bound itself the
 			// breaker decides, whichever timer fired first.)
-			return false, r.skip(b, bi, try, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
+			return false, r.skip(b, bi, try, began, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
 		}
 	}
 }
@@ -675,10 +675,13 @@ func minTime(a, b time.Time) time.Time {
 
 // skip is the record of try number try of backend b, not sent because its
 // breaker was open (v), and of what the call did instead.
-func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict, next Next, why Why) Attempt {
+func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, began, now time.Time, v verdict, next Next, why Why) Attempt {
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
 		Start: now, Skipped: true, Next: next, Why: why,
+	}
+	if !began.IsZero() {
+		a.Elapsed = now.Sub(began) // waited for the breaker, in vain
 	}
 	if !v.until.IsZero() {
 		a.RetryAfter = max(v.until.Sub(now), 0) // when the backend takes work again, for RetryItemAfter

@@ -491,10 +491,11 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				// with Next retry and RetryIn the time waited (Attempt.
 				// Skipped); the probe follows at once. One cut short
 				// records the skip then, with what ended it and the time
-				// still left.
+				// still left, and its Elapsed the time it waited in vain.
 				end := mc.now + wait
 				m.apart(end, mc.cancelAt, "breaker wait end and cancel")
 				if mc.cancelAt < end {
+					r.Elapsed = mc.cancelAt - mc.now
 					mc.now = mc.cancelAt
 					r.Start, r.RetryAfter = mc.now, end-mc.now
 					r.Next, r.Why = llmretry.NextStop, llmretry.WhyCancelled
