@@ -5,14 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -1065,45 +1061,5 @@ func TestDoWaitsForACallThatIgnoresItsContext(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// Backend.Call's documentation says what a Call must do with its context,
-// and what Do does meanwhile.
-func TestBackendCallDocSaysToHonourContext(t *testing.T) {
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc string
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			ts, ok := n.(*ast.TypeSpec)
-			if !ok || ts.Name.Name != "Backend" {
-				return true
-			}
-			for _, field := range ts.Type.(*ast.StructType).Fields.List {
-				for _, id := range field.Names {
-					if id.Name == "Call" {
-						doc = field.Doc.Text()
-					}
-				}
-			}
-			return false
-		})
-	}
-	doc = strings.Join(strings.Fields(doc), " ")
-	for _, want := range []string{"must return", "context is done", "Do waits"} {
-		if !strings.Contains(doc, want) {
-			t.Errorf("Backend.Call doc = %q, want it to say %q", doc, want)
-		}
 	}
 }
