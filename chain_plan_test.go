@@ -2,6 +2,7 @@ package llmretry_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"testing"
@@ -122,4 +123,65 @@ func TestComeBackAfterHealthFailure(t *testing.T) {
 			})
 		})
 	}
+}
+
+// The backends skipped for their breakers are revisited once: skipped
+// again on that pass, they are not revisited a third time, and the call
+// stops when the last of them fails.
+func TestRevisitHappensOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		trunc := llmretry.Truncation("partial")
+		brA, brB := &llmretry.Breaker{}, &llmretry.Breaker{}
+		// Both half-open at 30s; opened by retry-after hints, which the
+		// last backend's wait may wait out.
+		tripFor(t, brA, 30*sec)
+		tripFor(t, brB, 30*sec)
+		a := newDesk("a", takes(0))
+		b := newDesk("b", takes(sec, trunc))
+		c := newDesk("c", takes(0, trunc))
+		rec := newRecorder()
+		ch := &chain{
+			Backends: []backend{
+				{Model: "a", Call: a.Call, Breaker: brA},
+				{Model: "b", Call: b.Call, Breaker: brB},
+				{Model: "c", Call: c.Call},
+			},
+			OnAttempt: rec.OnAttempt,
+		}
+		time.Sleep(sec)
+		_, err := ch.Do(context.Background(), "hi")
+		var tr *llmretry.Truncated
+		if !errors.As(err, &tr) {
+			t.Fatalf("Do() error = %v (%T), want a *Truncated", err, err)
+		}
+		const fo, stop = llmretry.NextFailOver, llmretry.NextStop
+		at1 := start.Add(sec)
+		want := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			skipRec(1, "b", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			{Backend: 2, Model: "c", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: at1, Next: fo, Why: llmretry.WhyNotRetryable},
+			// The second pass: a is skipped again; b, the last, is waited
+			// for, probed at 30s, and truncates too.
+			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			waitRec(1, "b", 1, llmretry.KindTransient, at1, 29*sec, 29*sec),
+			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(30 * sec), Elapsed: sec, Next: stop, Why: llmretry.WhyNotRetryable},
+		}
+		if diff := cmp.Diff(want, tr.Attempts, attemptOpts); diff != "" {
+			t.Errorf("error's records (-want +got):\n%s", diff)
+		}
+		attempts, _ := rec.seen()
+		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+			t.Errorf("OnAttempt records (-want +got):\n%s", diff)
+		}
+		if got := a.log(); got != nil {
+			t.Errorf("requests to a = %v, want none: no third pass", got)
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "hi"}}, b.log()); diff != "" {
+			t.Errorf("requests to b (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]sent{{sec, "hi"}}, c.log()); diff != "" {
+			t.Errorf("requests to c (-want +got):\n%s", diff)
+		}
+	})
 }
