@@ -7,8 +7,10 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -495,4 +497,70 @@ func TestAttemptJSONStartRange(t *testing.T) {
 	if err != nil || json.Unmarshal(data, &back) != nil || !back.Start.Equal(odd) {
 		t.Errorf("round trip of a start at offset +00:19:32 = %s, %v, start %v, want the instant %v", data, err, back.Start, odd)
 	}
+}
+
+// Every record the chain can produce decodes to itself, the longest waits
+// included.
+func TestAttemptJSONRoundTripsExtremes(t *testing.T) {
+	const maxDur = time.Duration(math.MaxInt64)
+	start := time.Date(2026, 11, 30, 9, 0, 0, 123456789, time.UTC)
+	tests := []struct {
+		name string
+		a    llmretry.Attempt
+	}{
+		{"longest_retry_in", llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 429, Err: errors.New("slow down"), Start: start, Elapsed: 1, RetryAfter: maxDur, Next: llmretry.NextRetry, RetryIn: maxDur}},
+		{"longest_elapsed", llmretry.Attempt{Model: "a", Try: 2, Kind: llmretry.KindTimeout, Err: errors.New("slow"), Start: start, Elapsed: maxDur, Next: llmretry.NextStop, Why: llmretry.WhyDeadline}},
+		{"odd_nanoseconds", llmretry.Attempt{Model: "a", Try: 3, Kind: llmretry.KindParse, RawText: ptr(""), Err: errors.New("bad json"), Start: start, Elapsed: 123456789, RetryAfter: 1, Next: llmretry.NextRetry, RetryIn: 987654321}},
+		{"success", llmretry.Attempt{Backend: 1, Model: "b", Try: 1, Start: start, Elapsed: 999999, Delivered: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := json.Marshal(tc.a)
+			if err != nil {
+				t.Fatalf("json.Marshal() error = %v", err)
+			}
+			var got llmretry.Attempt
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("json.Unmarshal(%s) error = %v", b, err)
+			}
+			if diff := cmp.Diff(tc.a, got, cmp.Comparer(sameMessage), cmpopts.IgnoreUnexported(llmretry.Attempt{})); diff != "" {
+				t.Errorf("round trip of %s (-want +got):\n%s", b, diff)
+			}
+		})
+	}
+}
+
+// The chain itself makes the longest RetryIn: no MaxWait and a retry-after
+// date in 9999. Its record, as OnAttempt sees it, decodes to itself.
+func TestDoLongestWaitRecordRoundTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		h := http.Header{}
+		h.Set("Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT")
+		var seen []llmretry.Attempt
+		c := &chain{
+			Backends: []backend{{Model: "a", Call: newFake("a", always(llmretry.StatusFailure(429, h, nil))).Call, Retry: llmretry.Policy{Waits: []time.Duration{ms}, MaxWait: -1}}},
+			OnAttempt: func(_ context.Context, at llmretry.Attempt) {
+				seen = append(seen, at)
+				cancel() // no need to wait for the year 2292
+			},
+		}
+		c.Do(ctx, "hi")
+		if len(seen) != 1 || seen[0].RetryIn != math.MaxInt64 {
+			t.Fatalf("OnAttempt saw %v, want one attempt with the longest RetryIn", seen)
+		}
+		b, err := json.Marshal(seen[0])
+		if err != nil {
+			t.Fatalf("json.Marshal() error = %v", err)
+		}
+		var got llmretry.Attempt
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("json.Unmarshal(%s) error = %v", b, err)
+		}
+		if diff := cmp.Diff(seen[0], got, cmp.Comparer(sameMessage), cmpopts.IgnoreUnexported(llmretry.Attempt{})); diff != "" {
+			t.Errorf("round trip of %s (-want +got):\n%s", b, diff)
+		}
+	})
 }

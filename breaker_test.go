@@ -1579,3 +1579,280 @@ func TestBreakerOpenedCountsOpeningsOnly(t *testing.T) {
 		}
 	})
 }
+
+// A success of an attempt sent before the breaker opened closes it, open
+// or half-open: the backend has just answered. Call A's request, sent at
+// 0s, is answered at 5s; call B's, sent at 0s too, fails at 1s and opens
+// the breaker.
+func TestBreakerClosedBySuccessSentBeforeItOpened(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cooldown time.Duration // open until 1s + cooldown
+	}{
+		{"open", 30 * time.Second},
+		{"half_open", 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				br := &llmretry.Breaker{Failures: 1, Cooldown: tc.cooldown}
+				c := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{
+					Model:   "a",
+					Breaker: br,
+					Call: func(ctx context.Context, req string) (string, error) {
+						if req == "B" {
+							time.Sleep(time.Second)
+							return "", llmretry.StatusFailure(503, nil, nil)
+						}
+						time.Sleep(5 * time.Second)
+						return "answer", nil
+					},
+				}}}
+				done := make(chan error)
+				go func() {
+					_, err := c.Do(context.Background(), "B")
+					done <- err
+				}()
+				got, err := c.Do(context.Background(), "A")
+				if got != "answer" || err != nil {
+					t.Fatalf("Do(A) = %q, %v, want the answer", got, err)
+				}
+				if err := <-done; err == nil {
+					t.Fatal("Do(B) = nil error, want its 503")
+				}
+				if diff := cmp.Diff(llmretry.BreakerState{Opened: 1}, br.State()); diff != "" {
+					t.Errorf("State() after A's success (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// A probe whose Call panics learned nothing about the backend, but must
+// not hold the breaker half-open for good: once the panic is recovered,
+// the next call gets the probe and its request reaches the backend.
+func TestPanickingProbeReleasesBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down")) // half-opens at 30s
+		a := newDesk("a", takes(0))
+		call := func(ctx context.Context, req string) (string, error) {
+			resp, err := a.Call(ctx, req)
+			if req == "boom" {
+				panic("backend bug")
+			}
+			return resp, err
+		}
+		c := &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+		time.Sleep(30 * sec)
+
+		var got any
+		func() {
+			defer func() { got = recover() }()
+			c.Do(context.Background(), "boom")
+		}()
+		if got != "backend bug" {
+			t.Fatalf("recover() = %v, want the backend's panic %q", got, "backend bug")
+		}
+		// Still half-open, as before the probe: the panic counts for nothing.
+		want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient, Opened: 1}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() after the panicking probe (-want +got):\n%s", diff)
+		}
+
+		time.Sleep(sec)
+		if resp, err := c.Do(context.Background(), "next"); resp != "a: next" || err != nil {
+			t.Errorf("Do() after the panic = %q, %v, want %q, nil", resp, err, "a: next")
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "boom"}, {31 * sec, "next"}}, a.log()); diff != "" {
+			t.Errorf("requests (-want +got):\n%s", diff)
+		}
+		if st := br.State(); st != (llmretry.BreakerState{Opened: 1}) {
+			t.Errorf("State() after the next probe answered = %+v, want closed", st)
+		}
+	})
+}
+
+// An attempt ended by its caller's own deadline says nothing about the
+// backend: it neither counts towards opening the breaker nor, as a probe,
+// opens it again.
+func TestCallerDeadlineDoesNotCountAgainstBreaker(t *testing.T) {
+	t.Run("closed", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			br := &llmretry.Breaker{} // opens after 5
+			a := newDesk("a", takes(2*sec))
+			c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			var wantReqs []sent
+			for i := range 5 {
+				wantReqs = append(wantReqs, sent{time.Duration(i) * 500 * ms, "hi"})
+				ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
+				_, err := c.Do(ctx, "hi")
+				cancel()
+				if !isTimedOut(err) {
+					t.Errorf("call %d: Do() error = %v (%T), want a *TimedOut", i+1, err, err)
+				}
+			}
+			if st := br.State(); st != (llmretry.BreakerState{}) {
+				t.Errorf("State() after five callers' deadlines = %+v, want closed with Failures 0", st)
+			}
+			if diff := cmp.Diff(wantReqs, a.log()); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
+	})
+	t.Run("probe", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			br := &llmretry.Breaker{}
+			trip(t, br, busy("down")) // half-opens at 30s
+			a := newDesk("a", takes(2*sec, nil))
+			c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+			time.Sleep(30 * sec)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*ms)
+			_, err := c.Do(ctx, "probe") // ended at 30.5s by its caller
+			cancel()
+			if !isTimedOut(err) {
+				t.Errorf("probe: Do() error = %v (%T), want a *TimedOut", err, err)
+			}
+			want := llmretry.BreakerState{Open: true, Until: start.Add(30 * sec), Failures: 5, Kind: llmretry.KindTransient, Opened: 1}
+			if diff := cmp.Diff(want, br.State()); diff != "" {
+				t.Errorf("State() after the probe's caller's deadline (-want +got):\n%s", diff)
+			}
+			time.Sleep(500 * ms)
+			if resp, err := c.Do(context.Background(), "next"); resp != "a: next" || err != nil {
+				t.Errorf("next call: Do() = %q, %v, want %q, nil", resp, err, "a: next")
+			}
+			if diff := cmp.Diff([]sent{{30 * sec, "probe"}, {31 * sec, "next"}}, a.log()); diff != "" {
+				t.Errorf("requests (-want +got):\n%s", diff)
+			}
+		})
+	})
+}
+
+// A nested chain makes one attempt per backend and never waits, not even
+// for the breaker of its last backend: it returns at once with a skip
+// whose RetryAfter, the time to half-open, becomes the outer attempt's
+// hint.
+func TestNestedChainDoesNotWaitForBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{}
+		trip(t, br, busy("down")) // half-opens at 30s
+		a := newDesk("a", takes(0))
+		inner := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		var innerErrs []error
+		var innerAt []time.Duration // when each inner Do returned
+		run := func(ctx context.Context, req string) (string, error) {
+			resp, err := inner.Do(ctx, req)
+			innerAt = append(innerAt, time.Since(start))
+			if err != nil {
+				innerErrs = append(innerErrs, err)
+			}
+			return resp, err
+		}
+		rec := newRecorder()
+		outer := &chain{Backends: []backend{{Model: "outer", Call: run, Retry: waits(sec)}}, OnAttempt: rec.OnAttempt}
+		time.Sleep(10 * sec)
+		if resp, err := outer.Do(context.Background(), "hi"); resp != "a: hi" || err != nil {
+			t.Fatalf("Do() = %q, %v, want %q, nil", resp, err, "a: hi")
+		}
+		// At once with the skip, then with the answer after the outer wait.
+		if diff := cmp.Diff([]time.Duration{10 * sec, 30 * sec}, innerAt); diff != "" {
+			t.Errorf("times the inner Do returned (-want +got):\n%s", diff)
+		}
+		if len(innerErrs) != 1 {
+			t.Fatalf("inner chain failed %d times, want once: %v", len(innerErrs), innerErrs)
+		}
+		wantInner := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(10*sec), 20*sec, llmretry.NextStop, llmretry.WhyBreaker)}
+		if diff := cmp.Diff(wantInner, exhausted(t, innerErrs[0]), attemptOpts); diff != "" {
+			t.Errorf("inner chain's records (-want +got):\n%s", diff)
+		}
+		wantOuter := []llmretry.Attempt{
+			{Backend: 0, Model: "outer", Try: 1, Kind: llmretry.KindTransient, Err: innerErrs[0], Start: start.Add(10 * sec), RetryAfter: 20 * sec, Next: llmretry.NextRetry, RetryIn: 20 * sec},
+			okRec(0, "outer", 2, start.Add(30*sec), 0),
+		}
+		attempts, _ := rec.seen()
+		if diff := cmp.Diff(wantOuter, attempts, attemptOpts); diff != "" {
+			t.Errorf("outer chain's records (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "hi"}}, a.log()); diff != "" {
+			t.Errorf("requests to a (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// A retry-after hint on a failure that is about the request, not the
+// backend's health, does not open the breaker: the next call's request
+// goes straight through.
+func TestHintOnRejectedDoesNotOpenBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := http.Header{}
+		h.Set("Retry-After", "10")
+		h.Set("X-Should-Retry", "false")
+		refused := llmretry.StatusFailure(http.StatusTooManyRequests, h, errors.New("quota for this request"))
+		if refused.Kind != llmretry.KindRejected || refused.RetryAfter != 10*sec {
+			t.Fatalf("StatusFailure() = Kind %v, RetryAfter %v, want rejected, 10s", refused.Kind, refused.RetryAfter)
+		}
+		br := &llmretry.Breaker{}
+		a := newDesk("a", takes(0, refused))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		if _, err := c.Do(context.Background(), "x"); !lastErrIs(err, refused) {
+			t.Fatalf("Do() error = %v, want the rejection as its last record's Err", err)
+		}
+		if st := br.State(); st != (llmretry.BreakerState{}) {
+			t.Errorf("State() after a rejection with a hint = %+v, want closed with Failures 0", st)
+		}
+		if resp, err := c.Do(context.Background(), "y"); resp != "a: y" || err != nil {
+			t.Errorf("next call: Do() = %q, %v, want %q, nil", resp, err, "a: y")
+		}
+		if diff := cmp.Diff([]sent{{0, "x"}, {0, "y"}}, a.log()); diff != "" {
+			t.Errorf("requests (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Breaker skips of Kind timeout say the backends were down, not that this
+// call ran out of time: an error whose records are only such skips is a
+// plain *Exhausted, not a *TimedOut.
+func TestBreakerSkipsAloneAreExhausted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		brA, brB := &llmretry.Breaker{}, &llmretry.Breaker{}
+		trip(t, brA, errTimedOut) // both half-open at 30s
+		trip(t, brB, errTimedOut)
+		a := newDesk("a", takes(0))
+		b := newDesk("b", takes(0))
+		c := &chain{Backends: []backend{
+			{Model: "a", Call: a.Call, Breaker: brA},
+			{Model: "b", Call: b.Call, Breaker: brB},
+		}}
+		// 20s left reserves 10s: b may be waited for until 10s, and it
+		// half-opens at 30s.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*sec)
+		defer cancel()
+		_, err := c.Do(ctx, "hi")
+		want := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTimeout, start, 30*sec, llmretry.NextFailOver, llmretry.WhyBreaker),
+			skipRec(1, "b", 1, llmretry.KindTimeout, start, 30*sec, llmretry.NextStop, llmretry.WhyBreaker),
+		}
+		checkPlain := func(what string, err error) {
+			t.Helper()
+			if _, ok := err.(*llmretry.Exhausted); !ok {
+				t.Errorf("%s = %v (%T), want a plain *llmretry.Exhausted", what, err, err)
+			}
+			if isTimedOut(err) || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%s = %v (%T), want no *TimedOut and no match for context.DeadlineExceeded", what, err, err)
+			}
+		}
+		checkPlain("Do() error", err)
+		if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+		checkPlain("Exhaust(records)", llmretry.Exhaust(want))
+		if a.log() != nil || b.log() != nil {
+			t.Errorf("requests: a %v, b %v, want none", a.log(), b.log())
+		}
+	})
+}

@@ -362,3 +362,90 @@ func TestBreakerCancelledDuringWaitRecord(t *testing.T) {
 		}
 	})
 }
+
+// A call asleep in the wait before its retry is in the breaker's line,
+// but holds no one up until the wait ends: a call that comes to the
+// half-open breaker meanwhile gets the probe instead of skipping.
+func TestRetryWaitHoldsNoOneUpAtHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{Failures: 100}
+		// A's 503 at 0; B's 429 at 0, open until 1s; then answers.
+		a := newDesk("a", takes(0, busy("down"), limited(1)))
+		b := newDesk("b", takes(0))
+		retrying := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(8 * sec), Breaker: br}}}
+		once := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		both := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+
+		callA := doAt(context.Background(), retrying, 0, "A") // asleep until 8s
+		synctest.Wait()
+		if _, err := once.Do(context.Background(), "B"); err == nil {
+			t.Fatalf("call B: Do() = nil error, want its 429")
+		}
+		want := llmretry.BreakerState{Open: true, Until: start.Add(sec), Failures: 2, Kind: llmretry.KindTransient, Opened: 1}
+		if diff := cmp.Diff(want, br.State()); diff != "" {
+			t.Errorf("State() after B's 429 (-want +got):\n%s", diff)
+		}
+
+		time.Sleep(3 * sec)
+		if resp, err := both.Do(context.Background(), "C"); resp != "a: C" || err != nil {
+			t.Errorf("call C at 3s: Do() = %q, %v, want %q, nil: it is the probe", resp, err, "a: C")
+		}
+		if o := <-callA; o.resp != "a: A" || o.err != nil || o.at.Sub(start) != 8*sec {
+			t.Errorf("call A: Do() = %q, %v at %v, want %q, nil at 8s", o.resp, o.err, o.at.Sub(start), "a: A")
+		}
+		if diff := cmp.Diff([]sent{{0, "A"}, {0, "B"}, {3 * sec, "C"}, {8 * sec, "A"}}, a.log()); diff != "" {
+			t.Errorf("requests to a (-want +got):\n%s", diff)
+		}
+		if got := b.log(); got != nil {
+			t.Errorf("requests to b = %v, want none", got)
+		}
+	})
+}
+
+// When the breaker will still be open when the retry's wait ends, the
+// retry would only skip: the call fails over at once, at the attempt's
+// end, and comes back to the backend when the later one fails for a
+// reason about the request.
+func TestFailOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		down := busy("down")
+		trunc := llmretry.Truncation("partial")
+		br := &llmretry.Breaker{Failures: 1, Cooldown: 10 * sec}
+		a := newDesk("a", takes(sec, down)) // fails at 1s: open until 11s
+		b := newDesk("b", takes(sec, trunc))
+		rec := newRecorder()
+		c := &chain{
+			Backends: []backend{
+				// The second wait, 10s, lets the come-back wait for the
+				// breaker: a call waits no longer than its unused waits.
+				{Model: "a", Call: a.Call, Retry: waits(sec, 10*sec), Breaker: br},
+				{Model: "b", Call: b.Call},
+			},
+			OnAttempt: rec.OnAttempt,
+		}
+		if resp, err := c.Do(context.Background(), "hi"); resp != "a: hi" || err != nil {
+			t.Fatalf("Do() = %q, %v, want %q, nil", resp, err, "a: hi")
+		}
+		want := []llmretry.Attempt{
+			{Backend: 0, Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 503, Err: down, Start: start, Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyBreaker},
+			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(sec), Elapsed: sec, Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable},
+			waitRec(0, "a", 2, llmretry.KindTransient, start.Add(2*sec), 9*sec, 9*sec),
+			okRec(0, "a", 2, start.Add(11*sec), sec), // a's retry, put off until its breaker half-opened
+		}
+		attempts, at := rec.seen()
+		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]time.Duration{sec, 2 * sec, 11 * sec, 12 * sec}, at); diff != "" {
+			t.Errorf("OnAttempt times (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]sent{{0, "hi"}, {11 * sec, "hi"}}, a.log()); diff != "" {
+			t.Errorf("requests to a (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]sent{{sec, "hi"}}, b.log()); diff != "" {
+			t.Errorf("requests to b (-want +got):\n%s", diff)
+		}
+	})
+}

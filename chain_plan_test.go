@@ -1,148 +1,187 @@
-package llmretry
+package llmretry_test
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmretry/llmretry"
 )
 
-// The plan is a pure value: these tests play a call's way through its
-// backends without a clock or a breaker. Each step says how the call left
-// the backend at the plan's position; the test checks which backends the
-// plan visits, and what last said at each.
-func TestPlan(t *testing.T) {
-	skip := left{why: WhyBreaker, kind: KindTransient, skipped: true}
-	truncated := left{why: WhyNotRetryable, kind: KindTruncated}
-	rejected := left{why: WhyNotRetryable, kind: KindRejected}
-	down := left{why: WhyWaitsUsed, kind: KindTransient}
-	putOff := left{why: WhyBreaker, kind: KindTransient} // a retry put off for the breaker
-	putOffParse := left{why: WhyBreaker, kind: KindParse}
-	tests := []struct {
-		name  string
-		n     int
-		steps []left // how the call leaves each backend it visits, in turn
-		want  []int  // the backends visited
-		last  []bool // last(kind of that step) at each visit
-	}{
-		{
-			name:  "in_order",
-			n:     3,
-			steps: []left{down, rejected, truncated},
-			want:  []int{0, 1, 2},
-			last:  []bool{false, false, true},
-		},
-		{
-			// The secondary truncates: come back to the skipped primary,
-			// which is then the last.
-			name:  "come_back",
-			n:     2,
-			steps: []left{skip, truncated, skip},
-			want:  []int{0, 1, 0},
-			last:  []bool{false, false, true},
-		},
-		{
-			// The secondary is down too: the outage is wider, no
-			// come-back.
-			name:  "no_come_back_after_health",
-			n:     2,
-			steps: []left{skip, down},
-			want:  []int{0, 1},
-			last:  []bool{false, true},
-		},
-		{
-			// A health failure rules out the backends skipped before it,
-			// not those after.
-			name:  "skipped_after_health_failure",
-			n:     4,
-			steps: []left{skip, down, skip, rejected, skip},
-			want:  []int{0, 1, 2, 3, 2},
-			last:  []bool{false, false, false, false, true},
-		},
-		{
-			// A retry put off for the breaker failed for the backend's
-			// health: come back to it, but not to those skipped before.
-			name:  "put_off",
-			n:     3,
-			steps: []left{skip, putOff, rejected, down},
-			want:  []int{0, 1, 2, 1},
-			last:  []bool{false, false, false, true},
-		},
-		{
-			// One put off after a failure about the request keeps the
-			// earlier skips.
-			name:  "put_off_parse",
-			n:     3,
-			steps: []left{skip, putOffParse, rejected, skip, down},
-			want:  []int{0, 1, 2, 0, 1},
-			last:  []bool{false, false, false, false, true},
-		},
-		{
-			// The second pass happens once: skipped again, the backends
-			// are not come back to a third time.
-			name:  "once",
-			n:     3,
-			steps: []left{skip, skip, truncated, skip, truncated},
-			want:  []int{0, 1, 2, 0, 1},
-			last:  []bool{false, false, false, false, true},
-		},
-		{
-			// A skip of the last backend is the end of the plan: a skip
-			// is about the backend's health.
-			name:  "last_skipped",
-			n:     2,
-			steps: []left{rejected, skip},
-			want:  []int{0, 1},
-			last:  []bool{false, true},
-		},
+// visit is one record, as much of it as says which backend the call went
+// to, and why it went on.
+type visit struct {
+	Model   string
+	Try     int
+	Skipped bool
+	Next    llmretry.Next
+	Why     llmretry.Why
+}
+
+// Which skipped backends a call comes back to, as doc.go says: those
+// after which every backend failed for a reason about the request, a
+// backend whose retry was put off for its breaker among them; a failure
+// for a backend's health rules out those skipped before it, not those
+// after. The property test (TestChainMatchesModel) found the first case.
+func TestComeBackAfterHealthFailure(t *testing.T) {
+	// script answers with the statuses in turn, then with its name. A 503
+	// carries a retry-after of hint seconds, which opens the breaker.
+	script := func(name string, hint int, codes ...int) func(context.Context, string) (string, error) {
+		sent := 0
+		return func(context.Context, string) (string, error) {
+			sent++
+			if sent <= len(codes) {
+				h := http.Header{}
+				if codes[sent-1] == 503 {
+					h.Set("Retry-After", strconv.Itoa(hint))
+				}
+				return "", llmretry.StatusFailure(codes[sent-1], h, nil)
+			}
+			return name, nil
+		}
 	}
+	type backend = llmretry.Backend[string, string]
+	tests := []struct {
+		name     string
+		backends func() []backend
+		want     string  // the answer of the second call
+		steps    []visit // its records
+	}{{
+		// c is skipped and only d's refusal follows it: come back to c,
+		// though b, before c, failed for its health. a, skipped before
+		// b's failure, is not come back to, though its breaker half-opens
+		// first.
+		name: "skipped_after_a_health_failure",
+		backends: func() []backend {
+			return []backend{
+				{Model: "a", Call: script("a", 30, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "b", Call: script("b", 0, 400, 500)},
+				{Model: "c", Call: script("c", 60, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "d", Call: script("d", 0, 400, 400)},
+			}
+		},
+		want: "c",
+		steps: []visit{
+			{"a", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyWaitsUsed},
+			{"c", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"d", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
+			{"c", 1, true, llmretry.NextRetry, ""}, // waited out c's retry-after
+			{"c", 1, false, "", ""},
+		},
+	}, {
+		// b's retry is put off, since its breaker would still be open
+		// when the wait ended: b failed for its health after a was
+		// skipped, so the call comes back to b, as its second try, and
+		// not to a. Its second wait, 10s, lets it wait for b's breaker.
+		name: "retry_put_off_for_the_breaker",
+		backends: func() []backend {
+			return []backend{
+				{Model: "a", Call: script("a", 60, 503), Breaker: &llmretry.Breaker{}},
+				{Model: "b", Call: script("b", 0, 400, 500), Breaker: &llmretry.Breaker{Failures: 1, Cooldown: 10 * time.Second},
+					Retry: llmretry.Policy{Waits: []time.Duration{time.Second, 10 * time.Second}}},
+				{Model: "c", Call: script("c", 0, 400, 400)},
+			}
+		},
+		want: "b",
+		steps: []visit{
+			{"a", 1, true, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"b", 1, false, llmretry.NextFailOver, llmretry.WhyBreaker},
+			{"c", 1, false, llmretry.NextFailOver, llmretry.WhyNotRetryable},
+			{"b", 2, true, llmretry.NextRetry, ""}, // waited for b's breaker
+			{"b", 2, false, "", ""},
+		},
+	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := newPlan(tc.n)
-			var got []int
-			var last []bool
-			for _, l := range tc.steps {
-				if p.done() {
-					t.Fatalf("plan done after %v, want %d more steps", got, len(tc.steps)-len(got))
+			synctest.Test(t, func(t *testing.T) {
+				var steps []visit
+				chain := &llmretry.Chain[string, string]{
+					Backends: tc.backends(),
+					OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+						steps = append(steps, visit{a.Model, a.Try, a.Skipped, a.Next, a.Why})
+					},
 				}
-				bi := p.backend()
-				got = append(got, bi)
-				last = append(last, p.last(l.kind))
-				p = p.next(bi, l)
-			}
-			if !p.done() {
-				t.Errorf("plan not done after %v: backend %d is next", got, p.backend())
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("backends visited (-want +got):\n%s", diff)
-			}
-			if diff := cmp.Diff(tc.last, last); diff != "" {
-				t.Errorf("last() at each visit (-want +got):\n%s", diff)
-			}
+				// The first call opens the breakers.
+				if _, err := chain.Do(context.Background(), "req"); err == nil {
+					t.Fatalf("first Do() = nil error, want every backend failed")
+				}
+				steps = nil
+				got, err := chain.Do(context.Background(), "req")
+				if got != tc.want || err != nil {
+					t.Errorf("second Do() = %q, %v, want %q, nil", got, err, tc.want)
+				}
+				if diff := cmp.Diff(tc.steps, steps); diff != "" {
+					t.Errorf("second Do()'s records (-want +got):\n%s", diff)
+				}
+			})
 		})
 	}
 }
 
-// next returns a new plan and leaves the one it was called on as it was.
-func TestPlanNextIsPure(t *testing.T) {
-	p := newPlan(3)
-	p = p.next(0, left{why: WhyBreaker, kind: KindTransient, skipped: true})
-	before := p
-	q := p.next(1, left{why: WhyBreaker, kind: KindTransient, skipped: true})
-	_ = p.next(1, left{why: WhyNotRetryable, kind: KindRejected})
-	if diff := cmp.Diff(before, p, cmp.AllowUnexported(plan{})); diff != "" {
-		t.Errorf("plan after next (-before +after):\n%s", diff)
-	}
-	if diff := cmp.Diff([]int{0, 1}, q.deferred); diff != "" {
-		t.Errorf("deferred (-want +got):\n%s", diff)
-	}
-}
-
-// sentTo counts the requests sent, not the skips.
-func TestSentTo(t *testing.T) {
-	attempts := []Attempt{{Backend: 0}, {Backend: 1, Skipped: true}, {Backend: 0, Skipped: true}, {Backend: 0}, {Backend: 1}}
-	for bi, want := range []int{2, 1, 0} {
-		if got := sentTo(attempts, bi); got != want {
-			t.Errorf("sentTo(attempts, %d) = %d, want %d", bi, got, want)
+// The backends skipped for their breakers are revisited once: skipped
+// again on that pass, they are not revisited a third time, and the call
+// stops when the last of them fails.
+func TestRevisitHappensOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		trunc := llmretry.Truncation("partial")
+		brA, brB := &llmretry.Breaker{}, &llmretry.Breaker{}
+		// Both half-open at 30s; opened by retry-after hints, which the
+		// last backend's wait may wait out.
+		tripFor(t, brA, 30*sec)
+		tripFor(t, brB, 30*sec)
+		a := newDesk("a", takes(0))
+		b := newDesk("b", takes(sec, trunc))
+		c := newDesk("c", takes(0, trunc))
+		rec := newRecorder()
+		ch := &chain{
+			Backends: []backend{
+				{Model: "a", Call: a.Call, Breaker: brA},
+				{Model: "b", Call: b.Call, Breaker: brB},
+				{Model: "c", Call: c.Call},
+			},
+			OnAttempt: rec.OnAttempt,
 		}
-	}
+		time.Sleep(sec)
+		_, err := ch.Do(context.Background(), "hi")
+		var tr *llmretry.Truncated
+		if !errors.As(err, &tr) {
+			t.Fatalf("Do() error = %v (%T), want a *Truncated", err, err)
+		}
+		const fo, stop = llmretry.NextFailOver, llmretry.NextStop
+		at1 := start.Add(sec)
+		want := []llmretry.Attempt{
+			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			skipRec(1, "b", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			{Backend: 2, Model: "c", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: at1, Next: fo, Why: llmretry.WhyNotRetryable},
+			// The second pass: a is skipped again; b, the last, is waited
+			// for, probed at 30s, and truncates too.
+			skipRec(0, "a", 1, llmretry.KindTransient, at1, 29*sec, fo, llmretry.WhyBreaker),
+			waitRec(1, "b", 1, llmretry.KindTransient, at1, 29*sec, 29*sec),
+			{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindTruncated, Err: trunc, RawText: ptr("partial"), Start: start.Add(30 * sec), Elapsed: sec, Next: stop, Why: llmretry.WhyNotRetryable},
+		}
+		if diff := cmp.Diff(want, tr.Attempts, attemptOpts); diff != "" {
+			t.Errorf("error's records (-want +got):\n%s", diff)
+		}
+		attempts, _ := rec.seen()
+		if diff := cmp.Diff(want, attempts, attemptOpts); diff != "" {
+			t.Errorf("OnAttempt records (-want +got):\n%s", diff)
+		}
+		if got := a.log(); got != nil {
+			t.Errorf("requests to a = %v, want none: no third pass", got)
+		}
+		if diff := cmp.Diff([]sent{{30 * sec, "hi"}}, b.log()); diff != "" {
+			t.Errorf("requests to b (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]sent{{sec, "hi"}}, c.log()); diff != "" {
+			t.Errorf("requests to c (-want +got):\n%s", diff)
+		}
+	})
 }

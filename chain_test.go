@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -1362,3 +1365,259 @@ func TestDoSuccessAllocations(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// ErrAttemptTimeout is recognisable inside the errors an HTTP client
+// builds from it.
+func TestErrAttemptTimeout(t *testing.T) {
+	if !errors.Is(llmretry.ErrAttemptTimeout, context.DeadlineExceeded) {
+		t.Errorf("errors.Is(ErrAttemptTimeout, context.DeadlineExceeded) = false, want true")
+	}
+	sdk := &url.Error{Op: "Post", URL: "https://api.example/v1", Err: llmretry.ErrAttemptTimeout}
+	if got := llmretry.Classify(fmt.Errorf("openai: %w", sdk)); got != llmretry.KindTimeout {
+		t.Errorf("Classify(%v) = %v, want %v", sdk, got, llmretry.KindTimeout)
+	}
+}
+
+// Over real loopback HTTP, net/http reports our per-attempt timeout as the
+// context's cause; the record's error is recognisable as a timeout.
+func TestDoAttemptTimeoutOverHTTP(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // never answers
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release) // before Close, which waits for the handlers
+	call := func(ctx context.Context, _ string) (string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			return "", err
+		}
+		resp.Body.Close()
+		return "", errors.New("answered")
+	}
+	c := &chain{Backends: []backend{{Model: "a", Call: call, Timeout: 20 * ms}}}
+
+	_, err := c.Do(context.Background(), "hi")
+	attempts := exhausted(t, err)
+	got := attempts[0].Err
+	if !errors.Is(got, llmretry.ErrAttemptTimeout) || !errors.Is(got, context.DeadlineExceeded) {
+		t.Errorf("attempt Err = %v, want one matching ErrAttemptTimeout and context.DeadlineExceeded", got)
+	}
+	if k := llmretry.Classify(got); k != llmretry.KindTimeout {
+		t.Errorf("Classify(%v) = %v, want %v", got, k, llmretry.KindTimeout)
+	}
+}
+
+// The outcome of an attempt is the state when it ended: a backend that
+// reported cancellation keeps its error as the Cause, though the deadline
+// passes during a slow OnAttempt.
+func TestDoCancelledCauseFromWhenAttemptEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		withdrawn := fmt.Errorf("stream: %w", context.Canceled)
+		c := &chain{
+			Backends:  []backend{{Model: "a", Call: newFake("a", always(withdrawn)).Call, Retry: waits(0)}},
+			OnAttempt: func(context.Context, llmretry.Attempt) { time.Sleep(2 * time.Second) },
+		}
+
+		_, err := c.Do(ctx, "hi")
+		var cancelled *llmretry.Cancelled
+		if !errors.As(err, &cancelled) {
+			t.Fatalf("Do() = %v (%T), want a *Cancelled", err, err)
+		}
+		if cancelled.Cause != withdrawn {
+			t.Errorf("Cause = %v, want the backend's %v", cancelled.Cause, withdrawn)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("errors.Is(err, context.DeadlineExceeded) = true, want false: the attempt ended by withdrawal")
+		}
+	})
+}
+
+// The same holds for the last attempt of a chain that has given up: when
+// it ended, the caller's context was live and no try was left, so a
+// deadline that passes, or a cancel that comes, while OnAttempt runs does
+// not turn the chain's failure into a TimedOut or Cancelled whose records
+// show no deadline and no cancel.
+func TestDoOutcomeOfLastAttemptIsFixedWhenItEnds(t *testing.T) {
+	tests := []struct {
+		name string
+		hook func(cancel context.CancelFunc)
+	}{
+		{name: "deadline_passes_in_hook", hook: func(context.CancelFunc) { time.Sleep(2 * time.Second) }},
+		{name: "cancel_in_hook", hook: func(cancel context.CancelFunc) { cancel() }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				c := &chain{
+					Backends:  []backend{{Model: "a", Call: newFake("a", always(busy("busy"))).Call}},
+					OnAttempt: func(context.Context, llmretry.Attempt) { tc.hook(cancel) },
+				}
+
+				_, err := c.Do(ctx, "hi")
+				if got := typeName(err); got != "*llmretry.Exhausted" {
+					t.Errorf("Do() = %s %v, want a plain *Exhausted: the chain had given up when the attempt ended", got, err)
+				}
+				var cancelled *llmretry.Cancelled
+				if errors.As(err, &cancelled) {
+					return
+				}
+				attempts := exhausted(t, err)
+				if got := stepsOf(attempts); !cmp.Equal(got, []step{{llmretry.NextStop, llmretry.WhyWaitsUsed, 0}}) {
+					t.Errorf("records = %v, want one stop: waits_used", got)
+				}
+			})
+		})
+	}
+}
+
+// A Call that ignores its context holds Do: Do waits for it, past the
+// caller's cancel and past Timeout, and then reports the attempt as what
+// ended it.
+func TestDoWaitsForACallThatIgnoresItsContext(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		name     string
+		cancelAt time.Duration // 0: never
+		timeout  time.Duration
+		wantKind llmretry.Kind
+	}{
+		{name: "past_cancel", cancelAt: s, wantKind: llmretry.KindCancelled},
+		{name: "past_timeout", timeout: s, wantKind: llmretry.KindTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.cancelAt > 0 {
+					time.AfterFunc(tc.cancelAt, cancel)
+				}
+				deaf := func(context.Context, int) error {
+					time.Sleep(10 * s) // does not watch its context
+					return busy("busy")
+				}
+				c := &chain{Backends: []backend{{Model: "a", Call: newFake("a", deaf).Call, Timeout: tc.timeout}}}
+
+				_, err := c.Do(ctx, "hi")
+				if got := time.Since(start); got != 10*s {
+					t.Errorf("Do() returned after %v, want 10s: it waits for the Call", got)
+				}
+				var attempts []llmretry.Attempt
+				var cancelled *llmretry.Cancelled
+				if errors.As(err, &cancelled) {
+					attempts = cancelled.Attempts
+				} else {
+					attempts = exhausted(t, err)
+				}
+				if len(attempts) != 1 || attempts[0].Kind != tc.wantKind {
+					t.Errorf("Do() records = %v, want one of kind %v", attempts, tc.wantKind)
+				}
+			})
+		})
+	}
+}
+
+// A backend that returns a nil *Failure (a typed nil) does not panic the
+// chain: the attempt is unknown and fails over.
+func TestDoTypedNilFailure(t *testing.T) {
+	var nilFailure *llmretry.Failure
+	c := &chain{Backends: []backend{
+		{Model: "a", Call: func(context.Context, string) (string, error) { return "", nilFailure }, Retry: waits(0)},
+		{Model: "b", Call: newFake("b", answers).Call},
+	}}
+	got, err := c.Do(context.Background(), "hi")
+	if err != nil || got != "b: hi" {
+		t.Errorf("Do() = %q, %v, want %q, nil", got, err, "b: hi")
+	}
+	if k := llmretry.Classify(nilFailure); k != llmretry.KindUnknown {
+		t.Errorf("Classify(nil *Failure) = %v, want %v", k, llmretry.KindUnknown)
+	}
+	if msg := nilFailure.Error(); !strings.HasPrefix(msg, "llmretry: ") {
+		t.Errorf("(*Failure)(nil).Error() = %q, want a llmretry: message", msg)
+	}
+}
+
+// A panicking Call with a per-attempt Timeout leaves no timer running: the
+// panic reaches the caller, and the attempt's context has been cancelled
+// rather than left waiting for its timer.
+func TestDoPanickingCallStopsItsTimer(t *testing.T) {
+	var attemptCtx context.Context
+	c := &chain{Backends: []backend{{
+		Model:   "a",
+		Timeout: time.Hour,
+		Call: func(ctx context.Context, _ string) (string, error) {
+			attemptCtx = ctx
+			panic("backend bug")
+		},
+	}}}
+	defer func() {
+		if r := recover(); r != "backend bug" {
+			t.Errorf("recover() = %v, want the backend's panic", r)
+		}
+		if err := attemptCtx.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("attempt ctx.Err() = %v after the panic, want %v", err, context.Canceled)
+		}
+	}()
+	c.Do(context.Background(), "hi")
+	t.Fatal("Do() returned, want the backend's panic")
+}
+
+// A record keeps at most MaxRawText bytes of a model's output (64 KiB by
+// default), cut at a character boundary and marked; the backend's Failure
+// keeps it whole.
+func TestDoCapsRawText(t *testing.T) {
+	huge := strings.Repeat("é", 1<<20) // two bytes a character: 2 MiB
+	tests := []struct {
+		name     string
+		max      int
+		wantLen  int // bytes kept before the mark; -1: all
+		wantMark string
+	}{
+		{name: "default", max: 0, wantLen: 64 << 10, wantMark: " [llmretry: 2031616 bytes cut]"},
+		{name: "odd_limit_keeps_whole_characters", max: 5, wantLen: 4, wantMark: " [llmretry: 2097148 bytes cut]"},
+		{name: "no_limit", max: -1, wantLen: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := llmretry.ParseFailure(huge, errors.New("not JSON"))
+			c := &chain{
+				Backends:   []backend{{Model: "a", Call: func(context.Context, string) (string, error) { return "", f }}},
+				MaxRawText: tc.max,
+			}
+			_, err := c.Do(context.Background(), "hi")
+			attempts := exhausted(t, err)
+			raw := *attempts[0].RawText
+			if tc.wantLen < 0 {
+				if raw != huge {
+					t.Errorf("RawText has %d bytes, want all %d", len(raw), len(huge))
+				}
+				return
+			}
+			kept, mark := raw[:tc.wantLen], raw[tc.wantLen:]
+			if kept != huge[:tc.wantLen] || mark != tc.wantMark {
+				t.Errorf("RawText = %d bytes then %q, want %d bytes then %q", len(kept), mark, tc.wantLen, tc.wantMark)
+			}
+			if !utf8.ValidString(raw) {
+				t.Errorf("RawText is not valid UTF-8: a character was split")
+			}
+			if *f.RawText != huge {
+				t.Errorf("the backend's Failure.RawText was changed")
+			}
+		})
+	}
+}

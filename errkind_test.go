@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -549,6 +550,147 @@ func TestErrorSummaryCountsSkipsApart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.err.Error(); !strings.HasPrefix(got, tc.want) {
 				t.Errorf("Error() = %q, want it to begin %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The outermost of our typed errors in the tree decides the Kind, and the
+// record's details come from that same node.
+func TestClassifyOutermostTypedErrorDecides(t *testing.T) {
+	innerRejected := &llmretry.Exhausted{Attempts: []llmretry.Attempt{{Kind: llmretry.KindRejected, Status: 400, RawText: ptr("inner"), Err: errors.New("bad")}}}
+	innerTruncated := &llmretry.Truncated{Exhausted: llmretry.Exhausted{Attempts: []llmretry.Attempt{{Kind: llmretry.KindTruncated}}}}
+	tests := []struct {
+		name string
+		err  error
+		want llmretry.Kind
+	}{
+		{"failure_over_exhausted", &llmretry.Failure{Kind: llmretry.KindTransient, Err: innerRejected}, llmretry.KindTransient},
+		{"failure_over_truncated", &llmretry.Failure{Kind: llmretry.KindTransient, Err: innerTruncated}, llmretry.KindTransient},
+		{"failure_over_cancelled", &llmretry.Failure{Kind: llmretry.KindRejected, Err: &llmretry.Cancelled{}}, llmretry.KindRejected},
+		{"wrapped_failure_over_timed_out", fmt.Errorf("sdk: %w", &llmretry.Failure{Kind: llmretry.KindParse, Err: &llmretry.TimedOut{}}), llmretry.KindParse},
+		{"joined_failure_first", errors.Join(&llmretry.Failure{Kind: llmretry.KindRejected}, innerTruncated), llmretry.KindRejected},
+		{"failure_over_context_rules", &llmretry.Failure{Kind: llmretry.KindUnknown, Err: context.DeadlineExceeded}, llmretry.KindUnknown},
+		{"exhausted_over_failure", &llmretry.Exhausted{Attempts: []llmretry.Attempt{{Kind: llmretry.KindTimeout, Err: busy("x")}}}, llmretry.KindTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := llmretry.Classify(tc.err); got != tc.want {
+				t.Errorf("Classify(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDoRecordDetailsFromTheDecidingNode(t *testing.T) {
+	synctest.Test(t, testDoRecordDetailsFromTheDecidingNode)
+}
+
+func testDoRecordDetailsFromTheDecidingNode(t *testing.T) {
+	inner := &llmretry.Exhausted{Attempts: []llmretry.Attempt{{Kind: llmretry.KindRejected, Status: 400, RawText: ptr("inner"), Err: errors.New("bad")}}}
+	outer := &llmretry.Failure{Kind: llmretry.KindTransient, Status: 502, RetryAfter: 20 * ms, Err: inner}
+	a := newFake("a", script(outer))
+	c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(10 * ms)}}}
+	rec := newRecorder()
+	c.OnAttempt = rec.OnAttempt
+
+	if got, err := c.Do(context.Background(), "hi"); got != "a: hi" || err != nil {
+		t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: hi")
+	}
+	seen, _ := rec.seen()
+	want := llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTransient, Status: 502, Err: outer, RetryAfter: 20 * ms, Next: llmretry.NextRetry, RetryIn: 20 * ms}
+	if diff := cmp.Diff(want, seen[0], attemptOpts, ignoreTimes); diff != "" {
+		t.Errorf("first attempt (-want +got):\n%s", diff)
+	}
+}
+
+// An outer attempt whose error is an inner chain's takes its details from
+// the inner attempt that gave the outer Kind.
+func TestDoNestedTruncatedKeepsPartialOutput(t *testing.T) {
+	tests := []struct {
+		name       string
+		inner      []error // the inner chain's backends fail with these
+		wantKind   llmretry.Kind
+		wantStatus int
+		wantRaw    *string
+	}{
+		{
+			name:     "truncated_then_busy",
+			inner:    []error{llmretry.Truncation("partial answer"), busy("busy")},
+			wantKind: llmretry.KindTruncated, wantRaw: ptr("partial answer"),
+		},
+		{
+			name:     "timeout_then_rejected",
+			inner:    []error{&llmretry.Failure{Kind: llmretry.KindTimeout, Status: 504, RawText: ptr("gateway")}, llmretry.StatusFailure(400, nil, errors.New("bad"))},
+			wantKind: llmretry.KindTimeout, wantStatus: 504, wantRaw: ptr("gateway"),
+		},
+		{
+			name:     "busy_then_rejected",
+			inner:    []error{busy("busy"), llmretry.StatusFailure(400, nil, errors.New("bad"))},
+			wantKind: llmretry.KindRejected, wantStatus: 400,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := &chain{}
+			for i, e := range tc.inner {
+				in.Backends = append(in.Backends, backend{Model: "inner" + strconv.Itoa(i), Call: newFake("x", always(e)).Call})
+			}
+			out := &chain{Backends: []backend{{Model: "outer", Call: in.Do}}}
+
+			_, err := out.Do(context.Background(), "hi")
+			attempts := exhausted(t, err)
+			if len(attempts) != 1 {
+				t.Fatalf("outer attempts = %d, want 1", len(attempts))
+			}
+			got := attempts[0]
+			if got.Kind != tc.wantKind || got.Status != tc.wantStatus || !cmp.Equal(got.RawText, tc.wantRaw) {
+				t.Errorf("outer record Kind, Status, RawText = %v, %d, %v, want %v, %d, %v",
+					got.Kind, got.Status, deref(got.RawText), tc.wantKind, tc.wantStatus, deref(tc.wantRaw))
+			}
+		})
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return strconv.Quote(*s)
+}
+
+// A well-formed retry-after too large for a Duration saturates; only
+// negative or malformed ones are ignored.
+func TestParseRetryAfterSaturates(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const maxDur = time.Duration(math.MaxInt64)
+	tests := []struct {
+		name   string
+		header string
+		value  string
+		want   time.Duration
+		wantOK bool
+	}{
+		{"seconds_below_2_62ns", "Retry-After", "4611686018", 4611686018 * time.Second, true},
+		{"seconds_at_2_62ns", "Retry-After", "4611686019", 4611686019 * time.Second, true},
+		{"seconds_past_duration", "Retry-After", "9223372037", maxDur, true},
+		{"seconds_past_uint64", "Retry-After", "99999999999999999999999", maxDur, true},
+		{"date_9999", "Retry-After", "Fri, 31 Dec 9999 23:59:59 GMT", maxDur, true},
+		{"ms_past_2_62ns", "Retry-After-Ms", "4611686018428", 4611686018428 * ms, true},
+		{"ms_past_duration", "Retry-After-Ms", "9223372036855", maxDur, true},
+		{"negative", "Retry-After", "-1", 0, false},
+		{"malformed", "Retry-After", "soon", 0, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := http.Header{}
+			h.Set(tc.header, tc.value)
+			got, ok := llmretry.ParseRetryAfter(h, now)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("ParseRetryAfter(%s: %s) = %v, %t, want %v, %t", tc.header, tc.value, got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

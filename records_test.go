@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -539,5 +540,36 @@ func TestLogValuesInMilliseconds(t *testing.T) {
 	checkKeys(t, group(lines[2], "err"), map[string]any{"outcome": "exhausted", "item_retryable": true})
 	checkKeys(t, group(lines[2], "err", "records", "1"), map[string]any{
 		"elapsed_ms": json.Number("0.25"), "next": "stop", "why": "waits_used", "retry_after_ms": absent{},
+	})
+}
+
+// A retry after a zero wait says so: RetryIn alone is 0 for "at once" and
+// for "not retried".
+func TestDoZeroWaitRetrySaysRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFake("a", always(busy("busy")))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: waits(0)}}}
+
+		_, err := c.Do(context.Background(), "hi")
+		attempts := exhausted(t, err)
+		var got []string
+		for _, at := range attempts {
+			b, err := json.Marshal(at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprintf("next=%v why=%v retry_in_ms=%v", m["next"], m["why"], m["retry_in_ms"]))
+		}
+		want := []string{
+			"next=retry why=<nil> retry_in_ms=0",
+			"next=stop why=waits_used retry_in_ms=0",
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
 	})
 }
