@@ -449,3 +449,76 @@ func TestFailOverAtOnceWhenBreakerOutlastsWait(t *testing.T) {
 		}
 	})
 }
+
+// A wait for a breaker that ends at the caller's deadline (no reserve) may
+// wake a moment before the context's own timer fires. The error is a
+// *TimedOut either way, and it must still match the cause the caller gave
+// its deadline, whichever timer ran first.
+func TestBreakerWaitToTheDeadlineKeepsTheCause(t *testing.T) {
+	budget := errors.New("request budget spent")
+	lost := 0
+	for range 50 {
+		synctest.Test(t, func(t *testing.T) {
+			br := &llmretry.Breaker{Failures: 1, Cooldown: sec}
+			trip(t, br, busy("down"))
+			time.Sleep(2 * sec) // half-open
+			release := make(chan struct{})
+			hang := func(ctx context.Context, _ string) (string, error) {
+				<-release
+				return "", busy("down")
+			}
+			probe := &chain{Backends: []backend{{Model: "a", Call: hang, Breaker: br}}}
+			go probe.Do(context.Background(), "probe")
+			synctest.Wait() // the probe is in flight
+			c := &chain{Backends: []backend{{Model: "a", Call: hang, Breaker: br,
+				Retry: llmretry.Policy{Waits: []time.Duration{time.Hour}, Reserve: -1}}}}
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 10*sec, budget)
+			defer cancel()
+			_, err := c.Do(ctx, "waiter")
+			var to *llmretry.TimedOut
+			if !errors.As(err, &to) {
+				t.Fatalf("Do() = %v (%T), want a *TimedOut", err, err)
+			}
+			if !errors.Is(err, budget) {
+				lost++
+			}
+			close(release)
+		})
+	}
+	if lost > 0 {
+		t.Errorf("Do() lost the deadline's cause in %d of 50 runs, want none", lost)
+	}
+}
+
+// OnAttempt hears of a wait for a breaker that ended with the call let
+// through as the half-open probe before the probe is sent. A panic there
+// must not leave the breaker half-open with no probe in flight: every
+// later call would skip the backend for good.
+func TestBreakerPanickingOnAttemptReleasesTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		br := &llmretry.Breaker{}
+		tripFor(t, br, 30*sec)
+		a := newDesk("a", takes(0))
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}},
+			OnAttempt: func(ctx context.Context, at llmretry.Attempt) {
+				if at.Skipped && at.Next == llmretry.NextRetry {
+					panic("hook bug")
+				}
+			}}
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("Do() did not panic, want the hook's panic")
+				}
+			}()
+			c.Do(context.Background(), "waiter")
+		}()
+		if st := br.State(); st.Probing {
+			t.Fatalf("State() after the hook panicked = %+v, want no probe in flight", st)
+		}
+		after := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		if got, err := after.Do(context.Background(), "next"); err != nil {
+			t.Errorf("Do() after the panic = %q, %v, want the next call to probe and be answered", got, err)
+		}
+	})
+}

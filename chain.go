@@ -527,25 +527,25 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		limit    time.Time // the longest it may wait for any breaker
 		waitsEnd time.Time // the longest it may wait for one no hint opened
 		bounded  bool      // waitsEnd bounds the wait
-		seen     verdict   // the last verdict that held the call back
+		held     verdict   // the last verdict that held the call back
 	)
 	for {
 		now := r.now()
 		v := br.admit(now, w)
 		if v.pass {
 			if !began.IsZero() {
-				r.hand(r.waited(b, bi, try, began, now, seen))
+				r.handProbe(br, v.probe, r.waited(b, bi, try, began, now, held))
 			}
 			return v.probe, skip, true
 		}
 		if v.held {
 			// Let go, at its turn in the breaker's line.
 			if !sleepUntil(r.ctx, v.until, v.changed) {
-				return false, r.skip(b, bi, try, began, time.Now(), seen, NextStop, whyCtx(r.ctx.Err())), false
+				return false, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
 			}
 			continue
 		}
-		seen = v
+		held = v
 		if last := r.plan.last(v.kind); !last || r.nested {
 			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
@@ -586,6 +586,25 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 			return false, r.skip(b, bi, try, began, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
 		}
 	}
+}
+
+// handProbe hands over the record of a wait that ended with the call let
+// through, as the half-open probe when probe is set. OnAttempt runs before
+// the probe is sent, and a panic there must not leave the breaker
+// half-open for good, with no probe in flight to end it.
+func (r *run[Req, Resp]) handProbe(br *Breaker, probe bool, a Attempt) {
+	if probe {
+		handed := false
+		defer func() {
+			if !handed {
+				br.observe(time.Now(), false, KindCancelled, 0, true, 0)
+			}
+		}()
+		r.hand(a)
+		handed = true
+		return
+	}
+	r.hand(a)
 }
 
 // cameTo is when the call first came to backend bi: the start of its
@@ -929,8 +948,9 @@ func (r *run[Req, Resp]) stopped(why Why) error {
 	case WhyCancelled:
 		return r.fail(r.ctx.Err(), context.Cause(r.ctx))
 	case WhyDeadline:
-		// Decided at the deadline, perhaps before the context's own timer
-		// has fired.
+		// Decided at the deadline, perhaps a moment before the context's
+		// own timer fired: wait for it, or its cause is not set yet.
+		<-r.ctx.Done()
 		return r.fail(context.DeadlineExceeded, context.Cause(r.ctx))
 	}
 	// Stopped for a reason of the chain's own: that decides the outcome,
