@@ -27,7 +27,7 @@ type Attempt struct {
 	Err        error         // the backend's error as it returned it; nil for a success
 	RawText    *string       // absent (nil) when there was no body worth keeping; present, even "", otherwise
 	Start      time.Time     // when the request was sent
-	Elapsed    time.Duration // how long the backend's Call took; for a skip, how long the call had waited for the breaker in vain
+	Elapsed    time.Duration // how long the backend's Call took; for a skip, how long the call waited for the breaker in vain
 	RetryAfter time.Duration // the server's retry-after hint, 0 if none; kept even when too long to honour
 	Next       Next          // what the chain did next; empty for a success
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
@@ -35,10 +35,10 @@ type Attempt struct {
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
 	// Skipped says no request was sent: the backend's Breaker was open.
 	// Kind is then the Kind of the failure that opened it, Why is
-	// "breaker" (or what ended the wait for it), Elapsed is how long the
-	// call had waited for the breaker before it gave up (zero when it did
-	// not wait), and RetryAfter is the time until the breaker half-opened,
-	// from Start. A call that
+	// "breaker" (or what ended the wait for it), and RetryAfter is the
+	// time from Start+Elapsed until the breaker half-opened. A call that
+	// waited for the breaker in vain has Start when the wait began and
+	// Elapsed its length (otherwise Elapsed is zero). A call that
 	// waited for the breaker and was then let through has a skip with
 	// Next retry, written when the wait ended: Start is when the wait
 	// began and RetryIn how long it lasted; the request sent next has

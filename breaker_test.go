@@ -672,7 +672,7 @@ func TestBreakerLastBackendWaitsForProbe(t *testing.T) {
 				}
 				// Half-open already: nothing left to wait for but the probe.
 				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.stopAt), 0, llmretry.NextStop, llmretry.WhyBreaker)}
-				want[0].Elapsed = tc.stopAt - 31*sec // waited for the probe, in vain
+				want[0].Start, want[0].Elapsed = start.Add(31*sec), tc.stopAt-31*sec // waited for the probe, in vain
 				if diff := cmp.Diff(want, exhausted(t, err), attemptOpts); diff != "" {
 					t.Errorf("error's records (-want +got):\n%s", diff)
 				}
@@ -1158,7 +1158,7 @@ func TestBreakerCancelledWhileWaiting(t *testing.T) {
 					t.Errorf("Do() error = %v with Cause %v, want context.Canceled and cause %v", o.err, ca.Cause, cause)
 				}
 				want := []llmretry.Attempt{skipRec(0, "a", 1, llmretry.KindTransient, start.Add(tc.cancelAt), tc.wantAfter, llmretry.NextStop, llmretry.WhyCancelled)}
-				want[0].Elapsed = tc.cancelAt - sendAt // the wait, in vain
+				want[0].Start, want[0].Elapsed = start.Add(sendAt), tc.cancelAt-sendAt // the wait, in vain
 				if diff := cmp.Diff(want, ca.Attempts, attemptOpts); diff != "" {
 					t.Errorf("error's records (-want +got):\n%s", diff)
 				}

@@ -522,3 +522,41 @@ func TestBreakerPanickingOnAttemptReleasesTheProbe(t *testing.T) {
 		}
 	})
 }
+
+// A call that waited for a breaker in vain records the wait (Start when
+// it began, Elapsed its length), and its advice counts from the end of
+// the wait: RetryItemAfter is the time until the breaker half-opens, and
+// shrinks as time passes, however long the wait was.
+func TestBreakerWaitInVainAdvice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		br := &llmretry.Breaker{Failures: 1, Cooldown: 10 * sec}
+		trip(t, br, busy("down")) // open until 10s
+		slow := newDesk("a", takes(5*sec, busy("down")))
+		policy := llmretry.Policy{Waits: []time.Duration{20 * sec}}
+		first := &chain{Backends: []backend{{Model: "a", Call: slow.Call, Breaker: br, Retry: policy}}}
+		firstDone := doAt(context.Background(), first, 0, "first") // first in line: probes at 10s, fails at 15s
+		time.Sleep(time.Millisecond)
+		c := &chain{Backends: []backend{{Model: "a", Call: slow.Call, Breaker: br, Retry: policy}}}
+		_, err := c.Do(context.Background(), "second")
+		// Reopened at 15s until 25s: past the 20s its waits allow.
+		if got, want := time.Since(start), 15*sec; got != want {
+			t.Fatalf("Do() returned at %v, want %v", got, want)
+		}
+		recs := exhausted(t, err)
+		last := recs[len(recs)-1]
+		want := skipRec(0, "a", 1, llmretry.KindTransient, start.Add(time.Millisecond), 10*sec, llmretry.NextStop, llmretry.WhyBreaker)
+		want.Elapsed = 15*sec - time.Millisecond
+		if diff := cmp.Diff(want, last, attemptOpts); diff != "" {
+			t.Errorf("last record (-want +got):\n%s", diff)
+		}
+		if d, ok := llmretry.RetryItemAfter(err); !ok || d != 10*sec {
+			t.Errorf("RetryItemAfter() at 15s = %v, %v, want 10s, true", d, ok)
+		}
+		time.Sleep(5 * sec)
+		if d, ok := llmretry.RetryItemAfter(err); !ok || d != 5*sec {
+			t.Errorf("RetryItemAfter() at 20s = %v, %v, want 5s, true", d, ok)
+		}
+		<-firstDone
+	})
+}

@@ -700,7 +700,8 @@ func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, began, now tim
 		Start: now, Skipped: true, Next: next, Why: why,
 	}
 	if !began.IsZero() {
-		a.Elapsed = now.Sub(began) // waited for the breaker, in vain
+		// Waited for the breaker, in vain: the record spans the wait.
+		a.Start, a.Elapsed = began, now.Sub(began)
 	}
 	if !v.until.IsZero() {
 		a.RetryAfter = max(v.until.Sub(now), 0) // when the backend takes work again, for RetryItemAfter

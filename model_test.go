@@ -491,13 +491,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 				// with Next retry and RetryIn the time waited (Attempt.
 				// Skipped); the probe follows at once. One cut short
 				// records the skip then, with what ended it and the time
-				// still left, and its Elapsed the time it waited in vain.
+				// still left from then, spanning the wait in vain.
 				end := mc.now + wait
 				m.apart(end, mc.cancelAt, "breaker wait end and cancel")
 				if mc.cancelAt < end {
-					r.Elapsed = mc.cancelAt - mc.now
+					r.Start, r.Elapsed = mc.now, mc.cancelAt-mc.now
 					mc.now = mc.cancelAt
-					r.Start, r.RetryAfter = mc.now, end-mc.now
+					r.RetryAfter = end - mc.now
 					r.Next, r.Why = llmretry.NextStop, llmretry.WhyCancelled
 					mc.emit(r)
 					mc.cancelled(mc.cancelBy)
