@@ -230,7 +230,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 // failed decoding leaves a unchanged. JSON null leaves a unchanged too, as
 // encoding/json does.
 func (a *Attempt) UnmarshalJSON(data []byte) error {
-	if jsonType(data) == "null" {
+	if string(bytes.TrimSpace(data)) == "null" {
 		return nil
 	}
 	var raw map[string]json.RawMessage

@@ -564,3 +564,18 @@ func TestDoLongestWaitRecordRoundTrips(t *testing.T) {
 		}
 	})
 }
+
+// Called directly, not through encoding/json, UnmarshalJSON still refuses
+// text that only begins like null.
+func TestAttemptUnmarshalJSONNotQuiteNull(t *testing.T) {
+	for _, in := range []string{"nope", "nul", "nulls"} {
+		var a llmretry.Attempt
+		if err := a.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("UnmarshalJSON(%q) = nil, want an error", in)
+		}
+	}
+	var a llmretry.Attempt
+	if err := a.UnmarshalJSON([]byte(" null ")); err != nil {
+		t.Errorf("UnmarshalJSON(%q) = %v, want nil", " null ", err)
+	}
+}

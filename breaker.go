@@ -36,8 +36,9 @@ const DefaultCooldown = 30 * time.Second
 //   - Open, a call skips the backend without sending anything, and records
 //     the skip as an attempt (Skipped, Why "breaker"). When the backend is
 //     the last one the call can try, it waits instead, within the bound
-//     that [Backend.Breaker] states; otherwise it stops. A call that
-//     skipped it may come back to it, as Backend.Breaker says.
+//     that [Backend.Breaker] states, and stops when the bound is not
+//     enough. A call that skipped it may come back to it, as
+//     Backend.Breaker says.
 //   - Half-open, after the open period, one call at a time goes through as
 //     a probe while others skip or wait. A transient or timeout failure
 //     opens it again for Cooldown, or until its own retry-after. An

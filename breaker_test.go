@@ -476,7 +476,7 @@ func TestBreakerRetryAfterCappedByMaxWait(t *testing.T) {
 	}
 }
 
-// A skip encodes as the issue shows it: "skipped": true, fail_over,
+// A skip encodes as a dead-letter table reads it: "skipped": true, fail_over,
 // breaker, the Kind that opened it, no status and zero elapsed.
 func TestBreakerSkipRecordRenders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -707,7 +707,7 @@ func TestBreakerSkippedPrimaryRevisited(t *testing.T) {
 		stopAt   time.Duration // when the skip that stops the call is recorded; 0: none
 	}{
 		{
-			// The issue's case.
+			// A truncation sends the call back to the skipped primary.
 			name: "secondary_truncates", later: []error{trunc}, revisit: true,
 			want: []func(time.Time) llmretry.Attempt{rec(1, "b", trunc, llmretry.KindTruncated, 0, ptr("partial"), sec, fo, llmretry.WhyNotRetryable)},
 		},
@@ -1430,7 +1430,7 @@ func TestBreakerRecordsMatchOnAttempt(t *testing.T) {
 	}
 }
 
-// The issue's rule is that a call waiting for its last backend's breaker
+// The rule is that a call waiting for its last backend's breaker
 // waits for a probe in flight only while the wait passes the checks a
 // retry-after hint passes; MaxWait is one of them. Without a deadline,
 // a probe that hangs must not park the caller past its MaxWait.

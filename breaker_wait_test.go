@@ -46,8 +46,8 @@ func waitRec(bi int, model string, try int, kind llmretry.Kind, at time.Time, re
 	}
 }
 
-// The first case: the primary hard down behind a Breaker that
-// failures opened, the fallback truncating. The truncated call comes back
+// A new user's batch, in one call: the primary hard down behind a
+// Breaker that failures opened, the fallback truncating. The truncated call comes back
 // to the primary, but waits for it no longer than its waits would have
 // kept it on the primary, counted from when it first came to it (the
 // skip): with Waits 200ms and 500ms, never the 30s cooldown. The
@@ -139,8 +139,7 @@ func TestBreakerWaitBoundedByUnusedWaits(t *testing.T) {
 	}
 }
 
-// The second case: the same, but a retry-after hint opened the
-// primary's breaker. The provider said when it would be back, so the
+// The same, but a retry-after hint opened the primary's breaker. The provider said when it would be back, so the
 // truncated call waits it out, and its record says so.
 func TestBreakerHintedWaitedOut(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

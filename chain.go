@@ -159,8 +159,9 @@ type Backend[Req, Resp any] struct {
 	// A call waits for the breaker only when the backend is the last it
 	// can try, and never longer than it would have spent retrying the
 	// backend without one: its time on the backend, from when it first came
-	// to it (sent or skipped) to the end of the wait, stays within the
-	// waits of Retry (a last wait that repeats under a deadline counts as
+	// to it (sent or skipped; time spent on other backends since counts
+	// too, so a backend come back to late is seldom waited for) to the end
+	// of the wait, stays within the waits of Retry (a last wait that repeats under a deadline counts as
 	// often as MaxTries allows, and once without it: an open breaker is the
 	// backend saying it is down, and the repeats are for a backend that may
 	// answer at any moment), no further than MaxWait from when it began to
@@ -194,7 +195,7 @@ type Chain[Req, Resp any] struct {
 	// (or the OnAttempt before it) short, Do stops, and the record in the
 	// returned error says stop and why while OnAttempt heard retry or fail
 	// over. A skip of a call that waited for a breaker is handed over when
-	// the wait ends (see [Attempt].Skipped). a.Err is
+	// the wait ends (see [Attempt.Skipped]). a.Err is
 	// the backend's error as it was returned, secrets and all: print the
 	// Attempt itself (its String, JSON and slog value are redacted) or
 	// pass the text through [Redact].
@@ -212,8 +213,9 @@ type Chain[Req, Resp any] struct {
 // keeps when [Chain.MaxRawText] is zero.
 const DefaultMaxRawText = 64 << 10
 
-// configError is a configuration mistake: it wraps ErrConfig and advises
-// against re-running the item.
+// configError is a configuration mistake: it wraps ErrConfig and
+// declares the same advice itself, so that a probe of the error as Do
+// returns it stops there, as it does for the chain's other errors.
 type configError struct{ msg string }
 
 func (e *configError) Error() string       { return e.msg }
@@ -221,9 +223,9 @@ func (e *configError) Unwrap() error       { return ErrConfig }
 func (e *configError) ItemRetryable() bool { return false }
 
 // Validate reports the first configuration mistake in the chain, or nil:
-// no backends, a nil Call, a negative wait, Timeout, StallTimeout or
-// MaxTries, a Jitter outside [0, 1], or Reserve, MaxWait, Jitter or
-// MaxTries set while Waits is empty. The error names the backend by index
+// no backends, a nil Call, a negative wait, Timeout, StallTimeout,
+// MaxTries or Breaker Failures or Cooldown, a Jitter outside [0, 1], or
+// Reserve, MaxWait, Jitter or MaxTries set while Waits is empty. The error names the backend by index
 // and Model, as in "llmretry: backend 1 (gpt-4o): wait 2 is negative",
 // and wraps [ErrConfig]. Do runs the same checks before calling any
 // backend.
@@ -309,14 +311,14 @@ func modelName(model string) string {
 // Do run by a backend of another chain that retries (a nested chain) makes
 // one attempt per backend and never waits, so retries do not multiply;
 // see [Standalone] for a chain that should retry on its own. An inner
-// chain's error is recorded in the outer attempt with the Kind that
-// [Classify] gives it.
+// chain's error is recorded in the outer attempt with the Kind that the
+// outer chain's Classify gives it ([Classify] when nil).
 //
 // Do runs the backends and OnAttempt on the calling goroutine and starts
 // no goroutine of its own (the timers of Timeout and StallTimeout run
 // their callbacks as timers do); it stops every timer it starts before it
-// returns. A success without Timeout or StallTimeout reads the clock
-// twice and allocates once, for the attempt's context.
+// returns. A success without Timeout, StallTimeout or Breaker reads the
+// clock twice and allocates once, for the attempt's context.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	var zero Resp
 	if err := c.Validate(); err != nil {
@@ -558,7 +560,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 			// Counted from when the call first came to the backend:
 			// without a breaker it would have been retrying it since.
 			var d time.Duration
-			if d, bounded = r.unusedWaits(&b.Retry, 1); bounded {
+			if d, bounded = r.waitsOf(&b.Retry); bounded {
 				waitsEnd = r.cameTo(bi, now).Add(d)
 			}
 		}
@@ -621,32 +623,35 @@ func (r *run[Req, Resp]) cameTo(bi int, now time.Time) time.Time {
 	return now
 }
 
-// unusedWaits is the time a call would still spend waiting between tries
-// of a backend with policy p, without a breaker, from try number try on:
-// the listed waits after this try, and a repeating last wait as often as
-// MaxTries allows (once without it). bounded is false only when the sum
-// is too long for any clock to reach. Jitter is left out: it only
-// shortens waits.
-func (r *run[Req, Resp]) unusedWaits(p *Policy, try int) (d time.Duration, bounded bool) {
+// waitsOf is the time a call spends waiting between the tries of a
+// backend with policy p, without a breaker, from its first try to its
+// last: the listed waits, and a repeating last wait as often as MaxTries
+// allows (once without it). bounded is false only when the sum is too
+// long for any clock to reach. Jitter is left out: it only shortens
+// waits.
+func (r *run[Req, Resp]) waitsOf(p *Policy) (d time.Duration, bounded bool) {
 	n := len(p.Waits)
 	_, hasDeadline := r.ctx.Deadline()
 	repeats := hasDeadline && n > 0 && p.Waits[n-1] > 0
-	// The retry after try t waits Waits[t-1] for t up to lastRetry, and
-	// past the list the repeated last wait.
-	lastRetry := n
+	// Retry t waits Waits[t-1] for t up to the last retry, and past the
+	// list the repeated last wait.
+	retries := n
 	switch {
 	case p.MaxTries > 0 && repeats:
-		lastRetry = p.MaxTries - 1
+		retries = p.MaxTries - 1
 	case p.MaxTries > 0:
-		lastRetry = min(n, p.MaxTries-1)
+		retries = min(n, p.MaxTries-1)
 	}
-	for t := try; t <= min(lastRetry, n); t++ {
-		d += p.Waits[t-1]
-	}
-	if more := lastRetry - max(n, try-1); more > 0 {
-		rep := max(p.Waits[n-1], minRepeat)
-		if time.Duration(more) > maxOpen/rep {
+	for _, w := range p.Waits[:min(retries, n)] {
+		if w > maxOpen-d {
 			return 0, false // longer than anything else bounds
+		}
+		d += w
+	}
+	if more := retries - n; more > 0 {
+		rep := max(p.Waits[n-1], minRepeat)
+		if time.Duration(more) > (maxOpen-d)/rep {
+			return 0, false
 		}
 		d += time.Duration(more) * rep
 	}

@@ -27,7 +27,7 @@ func TestDoReserveUnderShortDeadline(t *testing.T) {
 		want      string // Do's answer; "" when it fails
 	}{
 		{
-			// The case: nothing was retried under a 30s deadline.
+			// A 60s reserve would leave nothing to retry in under a 30s deadline.
 			name:      "30s_zero_waits_retried",
 			deadline:  30 * s,
 			policy:    waits(0, 100*ms, 500*ms),

@@ -264,8 +264,9 @@ func sameError(err, target error) bool {
 // records whose last one says the caller withdrew (Why [WhyCancelled])
 // are a Cancelled's, which Do returns and Exhaust does not build. For any
 // other records Do left, Exhaust returns the type Do returned, except for
-// none at all: Do, whose deadline passed before any record, returns a
-// *TimedOut with no attempts, and Exhaust(nil) an *Exhausted.
+// none at all: Do, whose deadline passed (or whose context was cancelled)
+// before any record, returns a *TimedOut (or a *Cancelled) with no
+// attempts, and Exhaust(nil) an *Exhausted.
 func Exhaust(attempts []Attempt) error {
 	return exhaust(attempts, false, nil)
 }

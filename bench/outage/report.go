@@ -126,7 +126,7 @@ func withoutBreaker(results []*Result) *Result {
 }
 
 // targets says, in one line each, where llmretry with its Breaker stands
-// against the targets in one scenario.
+// against the targets in one scenario.
 func targets(sc *Scenario, results []*Result) []string {
 	var lines []string
 	mark := func(ok bool, what string) {

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The issue's figures: answers take 2 s from the primary and 3 s from the
+// The figures: answers take 2 s from the primary and 3 s from the
 // secondary, callers have 90 s unless a scenario says otherwise.
 const (
 	primaryAnswer   = 2 * time.Second
@@ -49,8 +49,8 @@ func hardDown(name string, dl time.Duration) Scenario {
 	}
 }
 
-// Scenarios returns the eight scenarios of the benchmark, in order. The
-// issue leaves some details open; the choices made here: every scenario
+// Scenarios returns the eight scenarios of the benchmark, in order.
+// Details a scenario leaves open are chosen here: every scenario
 // has a secondary, healthy (3 s answers, no truncation) unless the
 // scenario says otherwise; a scenario that names no request count has
 // 200 requests over 5 minutes; a 503 carries no Retry-After.

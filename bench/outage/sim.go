@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// How long a provider takes to fail: the figures.
+// How long a provider takes to fail, as providers commonly do.
 const (
 	fail503 = 500 * time.Millisecond
 	fail429 = 200 * time.Millisecond

@@ -117,9 +117,10 @@ func (a *Adapter) Result(ctx context.Context, job *rivertype.JobRow, err error) 
 		return err
 	}
 
-	// The outcome is the outermost of the chain's typed errors; what lies
-	// beneath it are its attempts' errors, which may hold a *Cancelled (a
-	// chain run inside an attempt, say) while the run itself failed.
+	// The outcome is the outermost of the chain's typed errors: a
+	// *Cancelled that an attempt's record holds (a chain run inside an
+	// attempt, say), or one a layer of the worker's wrapped in another
+	// error of ours, is not how the run itself ended.
 	var r record
 	if errors.As(err, &r) && isCancelled(r) {
 		md, _ := JobMetadata(job) // a record we cannot read starts again from zero
