@@ -69,9 +69,9 @@ const DefaultCooldown = 30 * time.Second
 //     again at the reset refills (the full reset when the limit is not
 //     known), and no earlier than the response's Retry-After.
 //   - S is the requests the breaker let through after that request was
-//     sent: counting from the send, not from the report's arrival, counts
-//     the requests that reached the provider while the report was on its
-//     way back.
+//     sent (or after it was let through itself): counting from the send,
+//     not from the report's arrival, counts the requests that reached the
+//     provider while the report was on its way back.
 //   - A call is let through when R − S, plus 1 once T has come, is more
 //     than the calls ahead of it in the breaker's line (the first-come
 //     line of the half-open probe).
@@ -268,17 +268,23 @@ func (b *Breaker) nextAdmission() time.Time {
 }
 
 // sentSince is S: the requests let through since the freshest report's
-// request was sent, that request itself left out. One let through at the
-// very instant of the send counts: which of the two the provider saw
-// first is not known, and counting it is the safe side.
+// request was sent, that request itself left out. Those let through
+// after it but before its send, and at the very instant of the send,
+// count too: which of them reached the provider first is not known, and
+// counting them is the safe side.
 func (b *Breaker) sentSince() int {
 	n := b.dropped
 	for _, a := range b.admits {
-		if !a.at.Before(b.report.sent) && a.seq != b.reportSeq {
+		if b.counts(a) {
 			n++
 		}
 	}
 	return n
+}
+
+// counts reports whether S counts admission a.
+func (b *Breaker) counts(a admission) bool {
+	return a.seq != b.reportSeq && (a.seq > b.reportSeq || !a.at.Before(b.report.sent))
 }
 
 // ahead is the number of calls in line before w that have come to the
@@ -323,7 +329,7 @@ func (b *Breaker) prune() {
 	keep := 0
 	for keep < len(b.admits) {
 		a := b.admits[keep]
-		if !a.done || (b.hasReport && !a.at.Before(b.report.sent)) {
+		if !a.done || (b.hasReport && b.counts(a)) {
 			break
 		}
 		keep++
