@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -69,9 +70,10 @@ const DefaultCooldown = 30 * time.Second
 //     again at the reset refills (the full reset when the limit is not
 //     known), and no earlier than the response's Retry-After.
 //   - S is the requests the breaker let through after that request was
-//     sent (or after it was let through itself): counting from the send,
-//     not from the report's arrival, counts the requests that reached the
-//     provider while the report was on its way back.
+//     sent, and those let through before it that were still in flight
+//     then (which reached the provider first is not known): counting from
+//     the send, not from the report's arrival, counts the requests that
+//     reached the provider while the report was on its way back.
 //   - A call is let through when R − S, plus 1 once T has come, is more
 //     than the calls ahead of it in the breaker's line (the first-come
 //     line of the half-open probe).
@@ -85,12 +87,19 @@ const DefaultCooldown = 30 * time.Second
 //   - When nothing the breaker let through is still in flight and T has
 //     come, it lets the first call in line through, so that a fresh
 //     report comes back even after answers that carried none.
+//   - The tokens bucket paces by the same rules, its requests counted in
+//     what a request uses: the tokens the bucket lost between two
+//     reports over the requests let through between them (a drop the
+//     refill can only understate). A call is held back while what the
+//     bucket holds, less that use for each of the S requests, is less
+//     than that use for it and each call ahead of it, until the bucket
+//     has refilled enough, at the pace its reset implies. Until a use is
+//     known, tokens do not pace.
 //
 // Pacing does not replace the states above: a 429 with a retry-after
 // hint still opens the breaker for the hint, and while it is open or
-// half-open those rules decide alone. The tokens headers are read but do
-// not pace yet. Set NoPacing to turn pacing off; [BreakerState] still
-// shows the freshest report.
+// half-open those rules decide alone. Set NoPacing to turn pacing off;
+// [BreakerState] still shows the freshest report.
 //
 // Failures, Cooldown and NoPacing are read without the lock: set them
 // before the breaker's first use and do not change them after.
@@ -117,16 +126,18 @@ type Breaker struct {
 	reportSeq uint64      // the admission of the report's own request, which S leaves out; 0 when not known
 	admits    []admission // the admissions a report, present or to come, may count from, in order
 	dropped   int         // admissions dropped from admits that S still counts
-	droppedAt time.Time   // the latest of them
+	droppedAt time.Time   // when the last of them came back; zero while one was in flight when dropped
 	inFlight  int         // admitted requests whose outcome has not been observed
 	admitSeq  uint64      // numbers the admissions
+	tokenUse  int64       // tokens a request uses, as the reports' drop says; 0 until known
 }
 
 // admission is a request the breaker let through.
 type admission struct {
 	at   time.Time // when it was let through, no later than its send
 	seq  uint64
-	done bool // its outcome was observed
+	done bool      // its outcome was observed
+	back time.Time // when, with done
 }
 
 // maxAdmits bounds the admissions a breaker keeps. They pile up only
@@ -236,24 +247,63 @@ func (b *Breaker) pass(now time.Time, probe bool) verdict {
 // not in it. It reports true when the call may go, and otherwise the
 // verdict that holds it back.
 func (b *Breaker) pace(now time.Time, w *breakerWaiter) (verdict, bool) {
-	if b.NoPacing || !b.hasReport || !b.report.requests.known {
+	if b.NoPacing || !b.hasReport {
 		return verdict{}, true
-	}
-	t := b.nextAdmission()
-	come := !now.Before(t)
-	n := b.report.requests.remaining - int64(b.sentSince())
-	if come {
-		n++
 	}
 	k := int64(b.ahead(now, w))
-	if n > k || (come && k == 0 && b.inFlight == 0) {
+	s := int64(b.sentSince())
+	var (
+		held  bool      // a bucket holds too little for this call
+		come  = true    // every bucket's next admission has come
+		until time.Time // the latest next admission of the buckets that hold the call back
+	)
+	// Each bucket says how many more requests it takes (n) and when it
+	// takes the next one beyond them (t).
+	check := func(n int64, t time.Time) {
+		if now.Before(t) {
+			come = false
+		} else {
+			n++
+		}
+		if n <= k {
+			held = true
+			if now.Before(t) {
+				until = later(until, t)
+			}
+		}
+	}
+	if b.report.requests.known {
+		check(b.report.requests.remaining-s, b.nextAdmission())
+	}
+	if tk := b.report.tokens; tk.known && b.tokenUse > 0 {
+		n, t := tokensFor(tk, b.report.read, s, b.tokenUse)
+		check(n, t)
+	}
+	if !held || (come && k == 0 && b.inFlight == 0) {
 		return verdict{}, true
 	}
-	v := verdict{paced: true, kind: KindTransient, hinted: true, changed: b.notifier()}
-	if !come {
-		v.until = t
+	return verdict{paced: true, kind: KindTransient, hinted: true, until: until, changed: b.notifier()}, false
+}
+
+// tokensFor is what a tokens bucket, read at read as tk, takes once s
+// more requests of use tokens each have been sent: how many more
+// requests, and when it holds enough for the next one beyond them, as it
+// refills steadily to full at its reset (rule 6 of the requests bucket,
+// for use tokens instead of one). Without a limit it is full again only
+// at the reset.
+func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
+	left := tk.remaining - s*use
+	n := left / use
+	if left < 0 {
+		n = (left - use + 1) / use // rounded down, as for a positive left
 	}
-	return v, false
+	need := (n+1)*use - left // tokens missing for the next request
+	missing := tk.limit - tk.remaining
+	if tk.limit <= 0 || missing <= 0 || need >= missing {
+		return n, read.Add(tk.reset)
+	}
+	// Rounded up, never early; a float, as reset × need can overflow.
+	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
 }
 
 // nextAdmission is T: when the freshest report says the provider admits
@@ -268,10 +318,12 @@ func (b *Breaker) nextAdmission() time.Time {
 }
 
 // sentSince is S: the requests let through since the freshest report's
-// request was sent, that request itself left out. Those let through
-// after it but before its send, and at the very instant of the send,
-// count too: which of them reached the provider first is not known, and
-// counting them is the safe side.
+// request was sent, that request itself left out. Any other still in
+// flight at that send counts too, even one let through before it: which
+// of them reached the provider first is not known (a goroutine can be
+// slow to send what it was let through for), and counting it is the safe
+// side. Only a request whose answer came back before the send surely
+// reached the provider before it.
 func (b *Breaker) sentSince() int {
 	n := b.dropped
 	for _, a := range b.admits {
@@ -284,7 +336,7 @@ func (b *Breaker) sentSince() int {
 
 // counts reports whether S counts admission a.
 func (b *Breaker) counts(a admission) bool {
-	return a.seq != b.reportSeq && (a.seq > b.reportSeq || !a.at.Before(b.report.sent))
+	return a.seq != b.reportSeq && !(a.done && a.back.Before(b.report.sent))
 }
 
 // ahead is the number of calls in line before w that have come to the
@@ -302,47 +354,78 @@ func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
 	return k
 }
 
-// settle records that the request of admission ticket has come back,
+// settle records that the request of admission ticket came back at now,
 // with rep its rate-limit report, if it made one (hasRep).
-func (b *Breaker) settle(ticket uint64, rep limitReport, hasRep bool) {
+func (b *Breaker) settle(now time.Time, ticket uint64, rep limitReport, hasRep bool) {
 	for i := range b.admits {
 		if a := &b.admits[i]; a.seq == ticket && !a.done {
-			a.done = true
+			a.done, a.back = true, now
 			b.inFlight--
 			break
 		}
 	}
 	if hasRep && (!b.hasReport || fresher(rep, b.report)) {
+		if b.hasReport {
+			b.learnTokenUse(rep, ticket)
+		}
 		b.report, b.hasReport, b.reportSeq = rep, true, ticket
-		if b.droppedAt.Before(rep.sent) {
-			b.dropped = 0 // every dropped admission came before this send
+		if !b.droppedAt.IsZero() && b.droppedAt.Before(rep.sent) {
+			b.dropped = 0 // every dropped admission came back before this send
 		}
 	}
 	b.prune()
 }
 
-// prune forgets the admissions no report can count: those before the
-// freshest report's send, and before the admission of every request
-// still in flight (a report to come is one of theirs, and sent after
-// it).
+// learnTokenUse reads, from the tokens the provider's bucket lost
+// between the freshest report and rep, its successor (the report of
+// admission ticket), what a request of this backend uses: the drop over
+// the requests let through between the two. The bucket refills
+// meanwhile, so the drop can only understate the use; a drop that is
+// not positive says nothing, and the last use learned stays.
+func (b *Breaker) learnTokenUse(rep limitReport, ticket uint64) {
+	old := b.report.tokens
+	if !old.known || !rep.tokens.known {
+		return
+	}
+	n := int64(0)
+	for _, a := range b.admits {
+		if a.seq > b.reportSeq && a.seq <= ticket {
+			n++
+		}
+	}
+	if drop := old.remaining - rep.tokens.remaining; n > 0 && drop > 0 {
+		b.tokenUse = (drop + n - 1) / n
+	}
+}
+
+// prune forgets the admissions no report can count: those that came
+// back before the freshest report's send, and before every request still
+// in flight was let through (a report to come is one of theirs, sent
+// after that).
 func (b *Breaker) prune() {
-	keep := 0
-	for keep < len(b.admits) {
-		a := b.admits[keep]
-		if !a.done || (b.hasReport && b.counts(a)) {
+	inFlightSince := time.Time{} // when the earliest request still in flight was let through; zero when none is
+	for _, a := range b.admits {
+		if !a.done {
+			inFlightSince = a.at
 			break
 		}
-		keep++
 	}
-	b.admits = b.admits[keep:]
+	b.admits = slices.DeleteFunc(b.admits, func(a admission) bool {
+		return a.done && (inFlightSince.IsZero() || a.back.Before(inFlightSince)) && !(b.hasReport && b.counts(a))
+	})
 	if len(b.admits) > maxAdmits {
 		half := len(b.admits) / 2
+		open := b.dropped > 0 && b.droppedAt.IsZero()
 		for _, a := range b.admits[:half] {
 			if !a.done {
 				b.inFlight-- // never settled now; a lost ticket must not stop the liveness rule for good
+				open = true
 			}
 			b.dropped++
-			b.droppedAt = later(b.droppedAt, a.at)
+			b.droppedAt = later(b.droppedAt, a.back)
+		}
+		if open {
+			b.droppedAt = time.Time{}
 		}
 		b.admits = slices.Clone(b.admits[half:])
 	}
@@ -398,7 +481,7 @@ func (b *Breaker) leave(w *breakerWaiter) {
 func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.settle(ticket, rep, hasRep)
+	b.settle(now, ticket, rep, hasRep)
 	if probe {
 		b.probing = false
 	}

@@ -54,14 +54,14 @@ func TestPaceAdmits(t *testing.T) {
 			b := &Breaker{NoPacing: tc.noPacing}
 			if !tc.noReport {
 				own := b.pass(p0.Add(-time.Millisecond), false)
-				b.settle(own.ticket, requestsReport(p0, tc.remaining, T), true)
+				b.settle(p0.Add(time.Millisecond), own.ticket, requestsReport(p0, tc.remaining, T), true)
 			}
 			var tickets []uint64
 			for i := range tc.sent {
 				tickets = append(tickets, b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false).ticket)
 			}
 			for _, tk := range tickets[:tc.settled] {
-				b.settle(tk, limitReport{}, false)
+				b.settle(p0.Add(time.Second), tk, limitReport{}, false)
 			}
 			for i := range tc.ahead {
 				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
@@ -79,7 +79,7 @@ func TestPaceAdmits(t *testing.T) {
 func TestPaceNotInLineGoesLast(t *testing.T) {
 	b := &Breaker{}
 	own := b.pass(p0, false)
-	b.settle(own.ticket, requestsReport(p0, 1, p0.Add(time.Hour)), true)
+	b.settle(p0, own.ticket, requestsReport(p0, 1, p0.Add(time.Hour)), true)
 	b.join(p0, p0)
 	if v := b.admit(p0.Add(time.Second), nil); v.pass || !v.paced {
 		t.Errorf("admit() = %+v, want paced behind the one in line", v)
@@ -111,7 +111,7 @@ func TestPaceFreshestReport(t *testing.T) {
 				tickets = append(tickets, b.pass(p0, false).ticket)
 			}
 			for i, r := range tc.arrived {
-				b.settle(tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
+				b.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
 			}
 			st := b.State()
 			if got := (rep{st.Reported.Sub(p0), st.Remaining}); got != tc.want {
@@ -121,22 +121,24 @@ func TestPaceFreshestReport(t *testing.T) {
 	}
 }
 
-// S counts the requests let through after the report's request was sent:
-// not those let through before it, nor the report's own, but those let
-// through after it but before its send, and at the very instant of it.
+// S counts the requests let through after the report's request was sent,
+// and those let through before it that were still in flight then: not
+// the report's own, nor one that came back before the send.
 func TestPaceCountsFromSend(t *testing.T) {
 	b := &Breaker{}
-	before := b.pass(p0.Add(-3*time.Millisecond), false) // let through before the report's request
+	back := b.pass(p0.Add(-4*time.Millisecond), false)   // back before the report's request was sent: the provider had it
+	slow := b.pass(p0.Add(-3*time.Millisecond), false)   // let through before, but in flight at the send: it may have got there later
 	own := b.pass(p0.Add(-2*time.Millisecond), false)    // the report's request, let through before its send
-	between := b.pass(p0.Add(-time.Millisecond), false)  // after it, but before its send: it may have got there first
-	b.pass(p0, false)                                    // at the send itself
+	between := b.pass(p0.Add(-time.Millisecond), false)  // after it, but before its send
+	b.pass(p0, false)                                    // at the send itself, still in flight
 	after := b.pass(p0.Add(500*time.Millisecond), false) // while the report was on its way back
-	b.settle(before.ticket, limitReport{}, false)        // back first, with no report
-	b.settle(between.ticket, limitReport{}, false)
-	b.settle(own.ticket, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
-	b.settle(after.ticket, limitReport{}, false)
-	if got := b.State().LetThrough; got != 3 {
-		t.Errorf("State().LetThrough = %d, want 3", got)
+	b.settle(p0.Add(-time.Millisecond/2), back.ticket, limitReport{}, false)
+	b.settle(p0.Add(time.Second), between.ticket, limitReport{}, false)
+	b.settle(p0.Add(2*time.Second), own.ticket, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
+	b.settle(p0.Add(3*time.Second), after.ticket, limitReport{}, false)
+	b.settle(p0.Add(3*time.Second), slow.ticket, limitReport{}, false)
+	if got := b.State().LetThrough; got != 4 {
+		t.Errorf("State().LetThrough = %d, want 4", got)
 	}
 }
 
@@ -146,7 +148,7 @@ func TestPaceKeepsNoAdmissionsWithoutReports(t *testing.T) {
 	b := &Breaker{}
 	for i := range 100 {
 		v := b.pass(p0.Add(time.Duration(i)*time.Millisecond), false)
-		b.settle(v.ticket, limitReport{}, false)
+		b.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.ticket, limitReport{}, false)
 	}
 	if len(b.admits) != 0 || b.inFlight != 0 {
 		t.Errorf("after 100 requests without reports: %d admissions kept, %d in flight; want 0, 0", len(b.admits), b.inFlight)
@@ -166,5 +168,80 @@ func TestStatusFailureReadsLimits(t *testing.T) {
 	}
 	if f := StatusFailure(http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, nil); f.limits != nil {
 		t.Errorf("StatusFailure without rate-limit headers: limits = %+v, want nil", f.limits)
+	}
+}
+
+// The tokens bucket paces by the same rules, each request counted at the
+// use the reports showed: a call waits while the bucket, less that use
+// for each request let through since the report, holds less than it and
+// each call ahead of it need, until the bucket has refilled enough.
+func TestPaceTokens(t *testing.T) {
+	const use = 100
+	// 250 of 1000 tokens left, full again in 10s: 750 missing, so 50
+	// tokens come back after 10s × 50/750.
+	refilled := p0.Add(666_666_667)
+	tests := []struct {
+		name      string
+		use       int64
+		tokens    int64
+		sent      int
+		ahead     int
+		now       time.Time
+		want      bool
+		wantUntil time.Time
+	}{
+		{name: "use_not_known", use: 0, tokens: 0, now: p0, want: true},
+		{name: "room", use: use, tokens: 250, now: p0, want: true},
+		{name: "room_for_one_ahead", use: use, tokens: 250, ahead: 1, now: p0, want: true},
+		{name: "no_room_for_two_ahead", use: use, tokens: 250, ahead: 2, now: p0, want: false, wantUntil: refilled},
+		{name: "used_by_sent", use: use, tokens: 250, sent: 2, now: p0, want: false, wantUntil: refilled},
+		{name: "refilled", use: use, tokens: 250, sent: 2, now: refilled, want: true},
+		{name: "refilled_for_one", use: use, tokens: 250, sent: 2, ahead: 1, now: refilled, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{}
+			own := b.pass(p0.Add(-time.Millisecond), false)
+			r := requestsReport(p0, 100, p0.Add(time.Hour))
+			r.tokens = bucketReading{known: true, limit: 1000, remaining: tc.tokens, reset: 10 * time.Second}
+			b.settle(p0, own.ticket, r, true)
+			b.tokenUse = tc.use
+			for i := range tc.sent {
+				b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false)
+			}
+			for i := range tc.ahead {
+				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
+			}
+			w := b.join(p0.Add(time.Minute), p0)
+			v := b.admit(tc.now, w)
+			if v.pass != tc.want || !v.until.Equal(tc.wantUntil) {
+				t.Errorf("admit() pass = %v, until %v; want %v, %v", v.pass, v.until, tc.want, tc.wantUntil)
+			}
+		})
+	}
+}
+
+// A request's use of tokens is learned from the drop between two reports
+// over the requests let through between them, rounded up; a report that
+// shows no drop (the bucket refilled) leaves the use learned before.
+func TestPaceLearnsTokenUse(t *testing.T) {
+	b := &Breaker{}
+	report := func(ticket uint64, sent time.Time, tokens int64) {
+		r := requestsReport(sent, 50, p0.Add(time.Hour))
+		r.tokens = bucketReading{known: true, limit: 1000, remaining: tokens, reset: time.Minute}
+		b.settle(sent.Add(time.Second), ticket, r, true)
+	}
+	a := b.pass(p0, false)
+	report(a.ticket, p0, 900)
+	b.pass(p0.Add(time.Millisecond), false)
+	c := b.pass(p0.Add(2*time.Millisecond), false)
+	report(c.ticket, p0.Add(2*time.Millisecond), 699) // 201 tokens over 2 requests
+	if b.tokenUse != 101 {
+		t.Errorf("tokenUse = %d, want 101", b.tokenUse)
+	}
+	d := b.pass(p0.Add(3*time.Millisecond), false)
+	report(d.ticket, p0.Add(3*time.Millisecond), 800)
+	if b.tokenUse != 101 {
+		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.tokenUse)
 	}
 }
