@@ -160,7 +160,7 @@ type BreakerState struct {
 	Reported      time.Time // when the report's request was sent
 	Remaining     int64     // the requests it said remained (R)
 	NextAdmission time.Time // when the provider admits the next request (T)
-	LetThrough    int       // the requests let through since the report's request was sent (S)
+	LetThrough    int       // the requests let through since the report's request was sent, and those in flight then (S)
 }
 
 // State reads the breaker's state. A breaker past its open period is
@@ -308,8 +308,8 @@ func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time
 
 // nextAdmission is T: when the freshest report says the provider admits
 // the next request. A report without a reset or Retry-After does not
-// say; it is then taken as come when the report was read, and the
-// liveness rule decides.
+// say; T is then taken as come when the report was read, so that one
+// request beyond R may go and bring a report that does say.
 func (b *Breaker) nextAdmission() time.Time {
 	if t := b.report.requests.next; !t.IsZero() {
 		return t

@@ -269,7 +269,7 @@ func TestStatusFailureReportsLimits(t *testing.T) {
 func TestReportLimitsOutsideAttempt(t *testing.T) {
 	h := limitHeader(1, 0, time.Second)
 	llmretry.ReportLimits(context.Background(), h)
-	llmretry.ReportLimits(nil, h) //nolint:staticcheck // a nil context is the point
+	llmretry.ReportLimits(nil, h)
 	llmretry.ReportLimits(context.Background(), nil)
 	br := &llmretry.Breaker{}
 	call := func(ctx context.Context, req string) (string, error) {
