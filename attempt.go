@@ -68,6 +68,7 @@ const (
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
+	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http

@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +25,11 @@ type attemptCtx struct {
 	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
 	delivered atomic.Bool // output has reached the caller: never resend
 	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
+	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
+
+	limitsMu  sync.Mutex
+	limits    limitReport // the freshest rate-limit report of the attempt's responses
+	hasLimits bool        // limits holds a report
 }
 
 // Value returns the attempt itself for markKey and asks the parent
@@ -80,6 +86,53 @@ func Delivered(ctx context.Context) {
 			a.stall.touch()
 		}
 	}
+}
+
+// ReportLimits tells the chain what a response's header h says of the
+// provider's rate limits, for the [Breaker] of the backend whose attempt
+// runs under ctx to pace its requests by. A backend's Call passes the
+// header of every response it gets, success or failure, streaming or not,
+// as soon as it has it. It reads OpenAI's and Azure OpenAI's
+// x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Anthropic's
+// anthropic-ratelimit-*-{limit,remaining,reset}, with Retry-After; a
+// header it cannot read is ignored, never an error. A Call that returns
+// [StatusFailure] for a response need not call it for that response:
+// StatusFailure reads the same headers.
+//
+// With a nil ctx or h, or a context that is not an attempt's, it does
+// nothing. In nested chains it reports to the innermost attempt: the
+// response is its backend's. It is safe to call from any goroutine, and
+// as often as needed; of several reports the attempt keeps the freshest,
+// as [Breaker] ranks them.
+func ReportLimits(ctx context.Context, h http.Header) {
+	if ctx == nil || h == nil {
+		return
+	}
+	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	if a == nil {
+		return
+	}
+	r, ok := parseLimits(h, a.sent, time.Now())
+	if ok {
+		a.report(r)
+	}
+}
+
+// report keeps r, when it is fresher than the attempt's report so far.
+func (a *attemptCtx) report(r limitReport) {
+	a.limitsMu.Lock()
+	defer a.limitsMu.Unlock()
+	if !a.hasLimits || fresher(r, a.limits) {
+		a.limits, a.hasLimits = r, true
+	}
+}
+
+// report is the attempt's freshest rate-limit report, and whether it
+// made one.
+func (a *attemptCtx) reported() (limitReport, bool) {
+	a.limitsMu.Lock()
+	defer a.limitsMu.Unlock()
+	return a.limits, a.hasLimits
 }
 
 // Standalone returns a context under which a Chain runs on its own: it

@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -56,11 +57,57 @@ const DefaultCooldown = 30 * time.Second
 //     too, open or half-open (or hands it to the waiting calls): the
 //     backend has just answered.
 //
-// Failures and Cooldown are read without the lock: set them before the
-// breaker's first use and do not change them after.
+// A Breaker also paces its backend by the rate-limit reports its calls
+// make ([ReportLimits], [StatusFailure]), so as to send nothing the
+// provider would refuse. Until the first report it does not pace, and a
+// backend that reports nothing is never paced. The rules:
+//
+//   - The freshest report wins: the one whose request was sent last
+//     (reports arrive out of order: a 429 after 0.2 s is fresher than a
+//     200 sent two seconds earlier); on a tie, the one with fewer
+//     requests remaining. From it, R is the requests remaining, and T
+//     when the provider admits the next request: the reset divided by
+//     the requests missing from the limit, as a bucket that is full
+//     again at the reset refills (the full reset when the limit is not
+//     known), and no earlier than the response's Retry-After.
+//   - S is the requests the breaker let through after that request was
+//     sent, and those let through before it that were still in flight
+//     then (which reached the provider first is not known): counting from
+//     the send, not from the report's arrival, counts the requests that
+//     reached the provider while the report was on its way back.
+//   - A call is let through when R − S, plus 1 once T has come, is more
+//     than the calls ahead of it in the breaker's line (the first-come
+//     line of the half-open probe).
+//   - Otherwise the backend is closed to the call, and no failure is
+//     counted: the call skips it (Skipped, Why [WhyPaced], Kind
+//     [KindTransient], RetryAfter the time until T), or, when it is the
+//     last backend the call can try, waits in line until T or the next
+//     report. Such a wait is bounded as one for a breaker that a
+//     retry-after hint opened (see [Backend.Breaker]): the provider has
+//     said when it admits the next request.
+//   - When nothing the breaker let through is still in flight and T has
+//     come, it lets the first call in line through, so that a fresh
+//     report comes back even after answers that carried none.
+//   - The tokens bucket paces by the same rules, its requests counted in
+//     what a request uses: the tokens the bucket lost between two
+//     reports over the requests let through between them (a drop the
+//     refill can only understate). A call is held back while what the
+//     bucket holds, less that use for each of the S requests, is less
+//     than that use for it and each call ahead of it, until the bucket
+//     has refilled enough, at the pace its reset implies. Until a use is
+//     known, tokens do not pace.
+//
+// Pacing does not replace the states above: a 429 with a retry-after
+// hint still opens the breaker for the hint, and while it is open or
+// half-open those rules decide alone. Set NoPacing to turn pacing off;
+// [BreakerState] still shows the freshest report.
+//
+// Failures, Cooldown and NoPacing are read without the lock: set them
+// before the breaker's first use and do not change them after.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s
+	NoPacing bool          // do not pace by rate-limit reports; false means pace
 
 	mu      sync.Mutex
 	fails   int              // consecutive retryable failures
@@ -72,7 +119,32 @@ type Breaker struct {
 	changed chan struct{}    // closed when the state changes; nil until a call waits on it
 	seq     uint64           // orders waiters whose calls began at the same time
 	opened  int              // times it has opened, for BreakerState.Opened
+
+	// Pacing: the freshest rate-limit report, and the requests let
+	// through around and after its send.
+	report    limitReport
+	hasReport bool
+	reportSeq uint64      // the admission of the report's own request, which S leaves out; 0 when not known
+	admits    []admission // the admissions a report, present or to come, may count from, in order
+	dropped   int         // admissions dropped from admits that S still counts
+	droppedAt time.Time   // when the last of them came back; zero while one was in flight when dropped
+	inFlight  int         // admitted requests whose outcome has not been observed
+	admitSeq  uint64      // numbers the admissions
+	tokenUse  int64       // tokens a request uses, as the reports' drop says; 0 until known
 }
+
+// admission is a request the breaker let through.
+type admission struct {
+	at   time.Time // when it was let through, no later than its send
+	seq  uint64
+	done bool      // its outcome was observed
+	back time.Time // when, with done
+}
+
+// maxAdmits bounds the admissions a breaker keeps. They pile up only
+// when a backend that once reported stops doing so; the count beyond
+// the bound is kept as a number, which can only overstate S.
+const maxAdmits = 4096
 
 // BreakerState is a reading of a [Breaker], for dashboards.
 type BreakerState struct {
@@ -82,6 +154,14 @@ type BreakerState struct {
 	Probing  bool      // a half-open probe is in flight
 	Kind     Kind      // the Kind of the failure that opened it; KindUnknown when closed
 	Opened   int       // times it went from closed or half-open to open since it was made: a counter for alerts
+
+	// The freshest rate-limit report, as pacing reads it ([Breaker]
+	// has the rules); all zero until a report of the requests bucket
+	// came.
+	Reported      time.Time // when the report's request was sent
+	Remaining     int64     // the requests it said remained (R)
+	NextAdmission time.Time // when the provider admits the next request (T)
+	LetThrough    int       // the requests let through since the report's request was sent, and those in flight then (S)
 }
 
 // State reads the breaker's state. A breaker past its open period is
@@ -89,10 +169,14 @@ type BreakerState struct {
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.until.IsZero() {
-		return BreakerState{Failures: b.fails, Opened: b.opened}
+	st := BreakerState{Failures: b.fails, Opened: b.opened}
+	if !b.until.IsZero() {
+		st.Open, st.Until, st.Probing, st.Kind = true, b.until, b.probing, b.kind
 	}
-	return BreakerState{Open: true, Until: b.until, Failures: b.fails, Probing: b.probing, Kind: b.kind, Opened: b.opened}
+	if b.hasReport && b.report.requests.known {
+		st.Reported, st.Remaining, st.NextAdmission, st.LetThrough = b.report.sent, b.report.requests.remaining, b.nextAdmission(), b.sentSince()
+	}
+	return st
 }
 
 // openPast reports whether the breaker will still be open at t, as far as
@@ -123,6 +207,8 @@ type verdict struct {
 	kind    Kind            // what opened it
 	hinted  bool            // a retry-after hint set its open period
 	changed <-chan struct{} // closed when the state changes
+	paced   bool            // closed by pacing, not open: the call skips with Why paced
+	ticket  uint64          // with pass: the admission, to hand back to observe
 }
 
 // admit answers a call that wants to send at now; w is the call's place
@@ -134,7 +220,10 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 	case b.until.IsZero() && w != nil && w.turn.After(now):
 		return verdict{held: true, until: w.turn, changed: b.notifier()}
 	case b.until.IsZero():
-		return verdict{pass: true}
+		if v, ok := b.pace(now, w); !ok {
+			return v
+		}
+		return b.pass(now, false)
 	case now.Before(b.until):
 		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	case b.probing || b.first(now) != w:
@@ -143,7 +232,204 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	}
 	b.probing = true
-	return verdict{pass: true, probe: true}
+	return b.pass(now, true)
+}
+
+// pass lets a request through at now, and counts it.
+func (b *Breaker) pass(now time.Time, probe bool) verdict {
+	b.admitSeq++
+	b.admits = append(b.admits, admission{at: now, seq: b.admitSeq})
+	b.inFlight++
+	return verdict{pass: true, probe: probe, ticket: b.admitSeq}
+}
+
+// pace applies the pacing rules to a call that wants to send at now
+// through the closed breaker; w is its place in the line, nil when it is
+// not in it. It reports true when the call may go, and otherwise the
+// verdict that holds it back.
+func (b *Breaker) pace(now time.Time, w *breakerWaiter) (verdict, bool) {
+	if b.NoPacing || !b.hasReport {
+		return verdict{}, true
+	}
+	k := int64(b.ahead(now, w))
+	s := int64(b.sentSince())
+	var (
+		held  bool      // a bucket holds too little for this call
+		come  = true    // every bucket's next admission has come
+		until time.Time // the latest next admission of the buckets that hold the call back
+	)
+	// Each bucket says how many more requests it takes (n) and when it
+	// takes the next one beyond them (t).
+	check := func(n int64, t time.Time) {
+		if now.Before(t) {
+			come = false
+		} else {
+			n++
+		}
+		if n <= k {
+			held = true
+			if now.Before(t) {
+				until = later(until, t)
+			}
+		}
+	}
+	if b.report.requests.known {
+		check(b.report.requests.remaining-s, b.nextAdmission())
+	}
+	if tk := b.report.tokens; tk.known && b.tokenUse > 0 {
+		n, t := tokensFor(tk, b.report.read, s, b.tokenUse)
+		check(n, t)
+	}
+	if !held || (come && k == 0 && b.inFlight == 0) {
+		return verdict{}, true
+	}
+	return verdict{paced: true, kind: KindTransient, hinted: true, until: until, changed: b.notifier()}, false
+}
+
+// tokensFor is what a tokens bucket, read at read as tk, takes once s
+// more requests of use tokens each have been sent: how many more
+// requests, and when it holds enough for the next one beyond them, as it
+// refills steadily to full at its reset (rule 6 of the requests bucket,
+// for use tokens instead of one). Without a limit it is full again only
+// at the reset.
+func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
+	left := tk.remaining - s*use
+	n := left / use
+	if left < 0 {
+		n = (left - use + 1) / use // rounded down, as for a positive left
+	}
+	need := (n+1)*use - left // tokens missing for the next request
+	missing := tk.limit - tk.remaining
+	if tk.limit <= 0 || missing <= 0 || need >= missing {
+		return n, read.Add(tk.reset)
+	}
+	// Rounded up, never early; a float, as reset × need can overflow.
+	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
+}
+
+// nextAdmission is T: when the freshest report says the provider admits
+// the next request. A report without a reset or Retry-After does not
+// say; T is then taken as come when the report was read, so that one
+// request beyond R may go and bring a report that does say.
+func (b *Breaker) nextAdmission() time.Time {
+	if t := b.report.requests.next; !t.IsZero() {
+		return t
+	}
+	return b.report.read
+}
+
+// sentSince is S: the requests let through since the freshest report's
+// request was sent, that request itself left out. Any other still in
+// flight at that send counts too, even one let through before it: which
+// of them reached the provider first is not known (a goroutine can be
+// slow to send what it was let through for), and counting it is the safe
+// side. Only a request whose answer came back before the send surely
+// reached the provider before it.
+func (b *Breaker) sentSince() int {
+	n := b.dropped
+	for _, a := range b.admits {
+		if b.counts(a) {
+			n++
+		}
+	}
+	return n
+}
+
+// counts reports whether S counts admission a.
+func (b *Breaker) counts(a admission) bool {
+	return a.seq != b.reportSeq && !(a.done && a.back.Before(b.report.sent))
+}
+
+// ahead is the number of calls in line before w that have come to the
+// breaker at now: all of those in line when w is not in it.
+func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
+	k := 0
+	for _, x := range b.waiters {
+		if x == w {
+			break
+		}
+		if !x.ready.After(now) {
+			k++
+		}
+	}
+	return k
+}
+
+// settle records that the request of admission ticket came back at now,
+// with rep its rate-limit report, if it made one (hasRep).
+func (b *Breaker) settle(now time.Time, ticket uint64, rep limitReport, hasRep bool) {
+	for i := range b.admits {
+		if a := &b.admits[i]; a.seq == ticket && !a.done {
+			a.done, a.back = true, now
+			b.inFlight--
+			break
+		}
+	}
+	if hasRep && (!b.hasReport || fresher(rep, b.report)) {
+		if b.hasReport {
+			b.learnTokenUse(rep, ticket)
+		}
+		b.report, b.hasReport, b.reportSeq = rep, true, ticket
+		if !b.droppedAt.IsZero() && b.droppedAt.Before(rep.sent) {
+			b.dropped = 0 // every dropped admission came back before this send
+		}
+	}
+	b.prune()
+}
+
+// learnTokenUse reads, from the tokens the provider's bucket lost
+// between the freshest report and rep, its successor (the report of
+// admission ticket), what a request of this backend uses: the drop over
+// the requests let through between the two. The bucket refills
+// meanwhile, so the drop can only understate the use; a drop that is
+// not positive says nothing, and the last use learned stays.
+func (b *Breaker) learnTokenUse(rep limitReport, ticket uint64) {
+	old := b.report.tokens
+	if !old.known || !rep.tokens.known {
+		return
+	}
+	n := int64(0)
+	for _, a := range b.admits {
+		if a.seq > b.reportSeq && a.seq <= ticket {
+			n++
+		}
+	}
+	if drop := old.remaining - rep.tokens.remaining; n > 0 && drop > 0 {
+		b.tokenUse = (drop + n - 1) / n
+	}
+}
+
+// prune forgets the admissions no report can count: those that came
+// back before the freshest report's send, and before every request still
+// in flight was let through (a report to come is one of theirs, sent
+// after that).
+func (b *Breaker) prune() {
+	inFlightSince := time.Time{} // when the earliest request still in flight was let through; zero when none is
+	for _, a := range b.admits {
+		if !a.done {
+			inFlightSince = a.at
+			break
+		}
+	}
+	b.admits = slices.DeleteFunc(b.admits, func(a admission) bool {
+		return a.done && (inFlightSince.IsZero() || a.back.Before(inFlightSince)) && !(b.hasReport && b.counts(a))
+	})
+	if len(b.admits) > maxAdmits {
+		half := len(b.admits) / 2
+		open := b.dropped > 0 && b.droppedAt.IsZero()
+		for _, a := range b.admits[:half] {
+			if !a.done {
+				b.inFlight-- // never settled now; a lost ticket must not stop the liveness rule for good
+				open = true
+			}
+			b.dropped++
+			b.droppedAt = later(b.droppedAt, a.back)
+		}
+		if open {
+			b.droppedAt = time.Time{}
+		}
+		b.admits = slices.Clone(b.admits[half:])
+	}
 }
 
 // first is the waiter whose turn it is at now: the earliest-begun of those
@@ -191,10 +477,12 @@ func (b *Breaker) leave(w *breakerWaiter) {
 // success, else its Kind and retry-after hint (KindCancelled when nothing
 // was learned about the backend). probe says whether it was the half-open
 // probe; maxWait caps how long a hint may hold it open (a non-positive
-// maxWait, none).
-func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration) {
+// maxWait, none). ticket is the admission the verdict gave, and rep the
+// attempt's rate-limit report, if it made one (hasRep).
+func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.settle(now, ticket, rep, hasRep)
 	if probe {
 		b.probing = false
 	}

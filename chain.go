@@ -388,14 +388,14 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
-		probe, skip, ok := r.admit(b, bi, try, line)
+		probe, ticket, skip, ok := r.admit(b, bi, try, line)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
 			// breaker: send nothing, and give the probe, if it was one, to
 			// the next call.
-			if probe {
-				b.Breaker.observe(time.Now(), false, KindCancelled, 0, true, 0)
+			if b.Breaker != nil {
+				b.Breaker.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
 			}
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
@@ -408,7 +408,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			}
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
-		resp, a, end := r.attempt(b, bi, try, req, probe)
+		resp, a, end := r.attempt(b, bi, try, req, probe, ticket)
 		if a.Err == nil {
 			r.keep("")
 			r.notify(a)
@@ -436,16 +436,18 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 
 // ended is the state of the world when an attempt's Call returned.
 type ended struct {
-	at     time.Time
-	ctxErr error // the caller's context's Err, nil while it was live
-	cause  error // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
-	own    bool  // the backend's Timeout or StallTimeout ended the attempt
+	at        time.Time
+	ctxErr    error       // the caller's context's Err, nil while it was live
+	cause     error       // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
+	own       bool        // the backend's Timeout or StallTimeout ended the attempt
+	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
+	hasLimits bool        // limits holds one
 }
 
 // attempt sends try number try to backend b and tells its breaker, if it
-// has one, how it went (probe says whether it was the half-open probe),
-// even when the backend's Call panics.
-func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, probe bool) (Resp, Attempt, ended) {
+// has one, how it went (probe says whether it was the half-open probe,
+// ticket which admission it was), even when the backend's Call panics.
+func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, probe bool, ticket uint64) (Resp, Attempt, ended) {
 	br := b.Breaker
 	if br == nil {
 		return r.send(b, bi, try, req)
@@ -455,7 +457,7 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 		if !finished {
 			// Nothing was learned, but a probe must not hold the breaker
 			// half-open for good.
-			br.observe(time.Now(), false, KindCancelled, 0, probe, 0)
+			br.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
 		}
 	}()
 	resp, a, end := r.send(b, bi, try, req)
@@ -463,10 +465,11 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 	switch {
 	case end.ctxErr != nil:
 		// The caller's own cancel or deadline ended it: that says
-		// nothing about the backend's health.
-		br.observe(end.at, false, KindCancelled, 0, probe, 0)
+		// nothing about the backend's health, though its rate-limit
+		// report, if it made one, is as good as any.
+		br.observe(end.at, false, KindCancelled, 0, probe, 0, ticket, end.limits, end.hasLimits)
 	default:
-		br.observe(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry))
+		br.observe(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry), ticket, end.limits, end.hasLimits)
 	}
 	return resp, a, end
 }
@@ -477,6 +480,7 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
 	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := r.now()
+	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)
 	elapsed := time.Since(start)
 	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
@@ -484,10 +488,21 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
 		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
 	}
+	if b.Breaker != nil {
+		end.limits, end.hasLimits = mark.reported()
+	}
 	if err == nil {
 		return resp, a, end
 	}
 	kind, d := outcomeOf(err)
+	if d.limits != nil && b.Breaker != nil {
+		// StatusFailure read the headers without knowing the send.
+		rep := *d.limits
+		rep.sent, rep.read = start, later(rep.read, start)
+		if !end.hasLimits || fresher(rep, end.limits) {
+			end.limits, end.hasLimits = rep, true
+		}
+	}
 	a.Status, a.RawText, a.RetryAfter = d.status, capRaw(d.raw, r.c.MaxRawText), d.hint
 	switch {
 	case end.ctxErr != nil:
@@ -517,10 +532,10 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 // that is not enough. A wait that ends in the request being sent is
 // recorded, when it ends, as a skip whose Next is retry and RetryIn the
 // time waited.
-func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breakerWaiter) (probe bool, skip Attempt, ok bool) {
+func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breakerWaiter) (probe bool, ticket uint64, skip Attempt, ok bool) {
 	br := b.Breaker
 	if br == nil {
-		return false, skip, true
+		return false, 0, skip, true
 	}
 	w := line // the call's place in the line, kept over the wait before this retry; nil when none
 	defer func() { br.leave(w) }()
@@ -536,22 +551,26 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		v := br.admit(now, w)
 		if v.pass {
 			if !began.IsZero() {
-				r.handProbe(br, v.probe, r.waited(b, bi, try, began, now, held))
+				r.handLetThrough(br, v.probe, v.ticket, r.waited(b, bi, try, began, now, held))
 			}
-			return v.probe, skip, true
+			return v.probe, v.ticket, skip, true
 		}
 		if v.held {
 			// Let go, at its turn in the breaker's line.
 			if !sleepUntil(r.ctx, v.until, v.changed) {
-				return false, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
+				return false, 0, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
 			}
 			continue
 		}
 		held = v
+		why := WhyBreaker
+		if v.paced {
+			why = WhyPaced
+		}
 		if last := r.plan.last(v.kind); !last || r.nested {
 			// Fail over; a nested chain never waits: its skip's
 			// RetryAfter becomes the enclosing attempt's hint.
-			return false, r.skip(b, bi, try, began, now, v, giveUp(WhyBreaker, last), WhyBreaker), false
+			return false, 0, r.skip(b, bi, try, began, now, v, giveUp(why, last), why), false
 		}
 		// The last backend the call can try: wait for it to half-open, or
 		// for a probe in flight to end, within the bound.
@@ -569,10 +588,10 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 			end = minTime(end, waitsEnd)
 		}
 		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
-			return false, r.skip(b, bi, try, began, now, v, NextStop, WhyDeadline), false
+			return false, 0, r.skip(b, bi, try, began, now, v, NextStop, WhyDeadline), false
 		}
 		if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
-			return false, r.skip(b, bi, try, began, now, v, NextStop, WhyBreaker), false
+			return false, 0, r.skip(b, bi, try, began, now, v, NextStop, why), false
 		}
 		if w == nil {
 			w = br.join(r.start, now)
@@ -585,28 +604,25 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breaker
 		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(end) {
 			// The caller's context ended the wait. (At the bound itself the
 			// breaker decides, whichever timer fired first.)
-			return false, r.skip(b, bi, try, began, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
+			return false, 0, r.skip(b, bi, try, began, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
 		}
 	}
 }
 
-// handProbe hands over the record of a wait that ended with the call let
-// through, as the half-open probe when probe is set. OnAttempt runs before
-// the probe is sent, and a panic there must not leave the breaker
-// half-open for good, with no probe in flight to end it.
-func (r *run[Req, Resp]) handProbe(br *Breaker, probe bool, a Attempt) {
-	if probe {
-		handed := false
-		defer func() {
-			if !handed {
-				br.observe(time.Now(), false, KindCancelled, 0, true, 0)
-			}
-		}()
-		r.hand(a)
-		handed = true
-		return
-	}
+// handLetThrough hands over the record of a wait that ended with the call
+// let through (as the half-open probe when probe is set, with the pacing
+// ticket ticket). OnAttempt runs before the request is sent, and a panic
+// there must not leave the breaker half-open for good, with no probe in
+// flight to end it, nor count a request in flight that never went.
+func (r *run[Req, Resp]) handLetThrough(br *Breaker, probe bool, ticket uint64, a Attempt) {
+	handed := false
+	defer func() {
+		if !handed {
+			br.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
+		}
+	}()
 	r.hand(a)
+	handed = true
 }
 
 // cameTo is when the call first came to backend bi: the start of its

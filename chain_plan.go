@@ -52,7 +52,7 @@ func (p plan) last(k Kind) bool {
 func (p plan) next(bi int, l left) plan {
 	secondPass := !p.last(l.kind) && p.pos == p.n+len(p.revisit)-1
 	switch {
-	case l.why == WhyBreaker:
+	case l.why == WhyBreaker, l.why == WhyPaced:
 		// Skipped, or left because its breaker would still be open when
 		// the retry's wait ended: come back to it. A retry put off so
 		// failed for the backend's health, which rules out coming back to

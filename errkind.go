@@ -157,6 +157,7 @@ type detail struct {
 	status int
 	raw    *string
 	hint   time.Duration
+	limits *limitReport // the failure's rate-limit report, its send not yet set; nil when none
 }
 
 // outcomeOf returns err's Kind and the details its record keeps, both from
@@ -301,6 +302,11 @@ type Failure struct {
 	RetryAfter time.Duration // the server's hint, 0 if none
 	RawText    *string       // the model's output; nil when there is none worth keeping
 	Err        error         // the cause, may be nil
+
+	// limits is what StatusFailure read of the response's rate-limit
+	// headers, its send not yet known; nil when they said nothing. Do
+	// hands it to the backend's Breaker, as ReportLimits would.
+	limits *limitReport
 }
 
 // Error describes the failure as "http 503: cause" when it has a status,
@@ -340,14 +346,16 @@ func (f *Failure) outcome() (Kind, detail) {
 	if f == nil {
 		return KindUnknown, detail{}
 	}
-	return f.Kind, detail{f.Status, f.RawText, f.RetryAfter}
+	return f.Kind, detail{f.Status, f.RawText, f.RetryAfter, f.limits}
 }
 
 // StatusFailure describes an HTTP error response. Its Kind comes from
 // [ClassifyStatus], overridden by an "x-should-retry" header: "true"
 // makes it [KindTransient], "false" [KindRejected] (any letter case;
 // other values are ignored). Its RetryAfter comes from [ParseRetryAfter]
-// on h. h may be nil.
+// on h. It reads h's rate-limit headers too, as [ReportLimits] does, and
+// the chain hands them to the backend's [Breaker]: a Call that returns it
+// need not report that response itself. h may be nil.
 func StatusFailure(code int, h http.Header, err error) *Failure {
 	f := &Failure{Kind: ClassifyStatus(code), Status: code, Err: err}
 	if h == nil {
@@ -361,8 +369,12 @@ func StatusFailure(code int, h http.Header, err error) *Failure {
 	case "false":
 		f.Kind = KindRejected
 	}
-	if d, ok := ParseRetryAfter(h, time.Now()); ok {
+	now := time.Now()
+	if d, ok := ParseRetryAfter(h, now); ok {
 		f.RetryAfter = d
+	}
+	if r, ok := parseLimits(h, time.Time{}, now); ok {
+		f.limits = &r
 	}
 	return f
 }

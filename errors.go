@@ -231,7 +231,7 @@ func (c *Cancelled) outcome() (Kind, detail) { return lastOf(c.Attempts, KindCan
 func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if a := &attempts[i]; a.Kind == kind {
-			return kind, detail{a.Status, a.RawText, a.RetryAfter}
+			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter}
 		}
 	}
 	return kind, detail{}

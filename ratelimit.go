@@ -322,3 +322,24 @@ func parseResetTime(v string, read time.Time) (time.Duration, bool) {
 	}
 	return max(d, 0), true
 }
+
+// fresher reports whether report a is fresher than b, by the Breaker's
+// first rule: its request was sent later, or, sent at the same time, it
+// says fewer requests remain. A report of no requests bucket ranks below
+// one of the same send that has one: it says nothing of the rate the
+// Breaker paces.
+func fresher(a, b limitReport) bool {
+	if c := a.sent.Compare(b.sent); c != 0 {
+		return c > 0
+	}
+	return rank(a) < rank(b)
+}
+
+// rank orders reports of one send: the fewer requests remaining, the
+// lower; a report without a requests reading last.
+func rank(r limitReport) int64 {
+	if !r.requests.known {
+		return maxUnits + 1
+	}
+	return r.requests.remaining
+}

@@ -1,0 +1,247 @@
+package llmretry
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+// p0 is the send of the report the pacing tests start from.
+var p0 = time.Date(2026, 12, 2, 4, 30, 0, 0, time.UTC)
+
+// requestsReport is a report of a request sent at sent, read at once,
+// that says remaining requests are left and the next comes at next.
+func requestsReport(sent time.Time, remaining int64, next time.Time) limitReport {
+	return limitReport{sent: sent, read: sent, requests: bucketReading{known: true, remaining: remaining, next: next}}
+}
+
+// The admission rule, and the liveness rule beside it, as a table: a
+// call is let through when R − S (+1 once T has come) exceeds the calls
+// ahead of it in line, or when nothing is in flight, T has come and it is
+// first in line. Each row names the rule it leans on.
+func TestPaceAdmits(t *testing.T) {
+	T := p0.Add(10 * time.Second)
+	before, at := p0.Add(time.Second), T
+	tests := []struct {
+		name      string
+		noPacing  bool
+		noReport  bool
+		remaining int64
+		sent      int // requests let through after the report's send (S)
+		settled   int // of them, those already back: not in flight
+		ahead     int // calls in line before this one, come to the breaker
+		now       time.Time
+		want      bool
+	}{
+		{name: "no_report", noReport: true, now: before, want: true},
+		{name: "no_pacing", noPacing: true, remaining: 0, now: before, want: true},
+		{name: "remaining_left", remaining: 2, now: before, want: true},
+		{name: "remaining_used_by_sent", remaining: 2, sent: 2, now: before, want: false},
+		{name: "one_left_after_sent", remaining: 2, sent: 1, now: before, want: true},
+		{name: "next_admission_come", remaining: 2, sent: 2, now: at, want: true},
+		{name: "next_admission_counts_once", remaining: 2, sent: 3, now: at.Add(time.Hour), want: false},
+		{name: "ahead_in_line", remaining: 1, ahead: 1, now: before, want: false},
+		{name: "room_for_those_ahead", remaining: 2, ahead: 1, now: before, want: true},
+		{name: "empty_before_next", remaining: 0, now: before, want: false},
+		{name: "empty_at_next", remaining: 0, now: at, want: true},
+		{name: "in_flight_at_next", remaining: 0, sent: 1, now: at, want: false},
+		{name: "liveness_nothing_in_flight", remaining: 0, sent: 2, settled: 2, now: at, want: true},
+		{name: "liveness_needs_next", remaining: 0, sent: 2, settled: 2, now: before, want: false},
+		{name: "liveness_first_in_line_only", remaining: 0, sent: 2, settled: 2, ahead: 1, now: at, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{NoPacing: tc.noPacing}
+			if !tc.noReport {
+				own := b.pass(p0.Add(-time.Millisecond), false)
+				b.settle(p0.Add(time.Millisecond), own.ticket, requestsReport(p0, tc.remaining, T), true)
+			}
+			var tickets []uint64
+			for i := range tc.sent {
+				tickets = append(tickets, b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false).ticket)
+			}
+			for _, tk := range tickets[:tc.settled] {
+				b.settle(p0.Add(time.Second), tk, limitReport{}, false)
+			}
+			for i := range tc.ahead {
+				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
+			}
+			w := b.join(p0.Add(time.Minute), p0) // begun after those ahead
+			if got := b.admit(tc.now, w).pass; got != tc.want {
+				t.Errorf("admit() pass = %v, want %v (state %+v)", got, tc.want, b.State())
+			}
+		})
+	}
+}
+
+// A call that is not in the line goes after every call in it that has
+// come to the breaker.
+func TestPaceNotInLineGoesLast(t *testing.T) {
+	b := &Breaker{}
+	own := b.pass(p0, false)
+	b.settle(p0, own.ticket, requestsReport(p0, 1, p0.Add(time.Hour)), true)
+	b.join(p0, p0)
+	if v := b.admit(p0.Add(time.Second), nil); v.pass || !v.paced {
+		t.Errorf("admit() = %+v, want paced behind the one in line", v)
+	}
+}
+
+// The freshest report is the one whose request was sent last, whatever
+// order they arrive in; of one send, the one with fewer remaining.
+func TestPaceFreshestReport(t *testing.T) {
+	type rep struct {
+		sent      time.Duration // after p0
+		remaining int64
+	}
+	tests := []struct {
+		name    string
+		arrived []rep // in order of arrival
+		want    rep
+	}{
+		{name: "later_send_arrives_first", arrived: []rep{{sent: 2 * time.Second, remaining: 0}, {sent: 0, remaining: 5}}, want: rep{2 * time.Second, 0}},
+		{name: "later_send_arrives_last", arrived: []rep{{sent: 0, remaining: 5}, {sent: 2 * time.Second, remaining: 3}}, want: rep{2 * time.Second, 3}},
+		{name: "tie_lower_first", arrived: []rep{{sent: time.Second, remaining: 1}, {sent: time.Second, remaining: 4}}, want: rep{time.Second, 1}},
+		{name: "tie_lower_last", arrived: []rep{{sent: time.Second, remaining: 4}, {sent: time.Second, remaining: 1}}, want: rep{time.Second, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{}
+			var tickets []uint64
+			for range tc.arrived {
+				tickets = append(tickets, b.pass(p0, false).ticket)
+			}
+			for i, r := range tc.arrived {
+				b.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
+			}
+			st := b.State()
+			if got := (rep{st.Reported.Sub(p0), st.Remaining}); got != tc.want {
+				t.Errorf("State() report = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// S counts the requests let through after the report's request was sent,
+// and those let through before it that were still in flight then: not
+// the report's own, nor one that came back before the send.
+func TestPaceCountsFromSend(t *testing.T) {
+	b := &Breaker{}
+	back := b.pass(p0.Add(-4*time.Millisecond), false)   // back before the report's request was sent: the provider had it
+	slow := b.pass(p0.Add(-3*time.Millisecond), false)   // let through before, but in flight at the send: it may have got there later
+	own := b.pass(p0.Add(-2*time.Millisecond), false)    // the report's request, let through before its send
+	between := b.pass(p0.Add(-time.Millisecond), false)  // after it, but before its send
+	b.pass(p0, false)                                    // at the send itself, still in flight
+	after := b.pass(p0.Add(500*time.Millisecond), false) // while the report was on its way back
+	b.settle(p0.Add(-time.Millisecond/2), back.ticket, limitReport{}, false)
+	b.settle(p0.Add(time.Second), between.ticket, limitReport{}, false)
+	b.settle(p0.Add(2*time.Second), own.ticket, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
+	b.settle(p0.Add(3*time.Second), after.ticket, limitReport{}, false)
+	b.settle(p0.Add(3*time.Second), slow.ticket, limitReport{}, false)
+	if got := b.State().LetThrough; got != 4 {
+		t.Errorf("State().LetThrough = %d, want 4", got)
+	}
+}
+
+// The admissions a breaker keeps stay bounded by the requests in flight
+// when no report ever comes, as for a backend that sends no headers.
+func TestPaceKeepsNoAdmissionsWithoutReports(t *testing.T) {
+	b := &Breaker{}
+	for i := range 100 {
+		v := b.pass(p0.Add(time.Duration(i)*time.Millisecond), false)
+		b.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.ticket, limitReport{}, false)
+	}
+	if len(b.admits) != 0 || b.inFlight != 0 {
+		t.Errorf("after 100 requests without reports: %d admissions kept, %d in flight; want 0, 0", len(b.admits), b.inFlight)
+	}
+}
+
+// StatusFailure reads the rate-limit headers into the Failure, its send
+// left for Do to set.
+func TestStatusFailureReadsLimits(t *testing.T) {
+	h := http.Header{}
+	h.Set("X-Ratelimit-Limit-Requests", "10")
+	h.Set("X-Ratelimit-Remaining-Requests", "0")
+	h.Set("X-Ratelimit-Reset-Requests", "5s")
+	f := StatusFailure(http.StatusTooManyRequests, h, nil)
+	if f.limits == nil || !f.limits.requests.known || f.limits.requests.remaining != 0 || f.limits.requests.limit != 10 {
+		t.Fatalf("StatusFailure(429, h).limits = %+v, want requests 0 of 10", f.limits)
+	}
+	if f := StatusFailure(http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}}, nil); f.limits != nil {
+		t.Errorf("StatusFailure without rate-limit headers: limits = %+v, want nil", f.limits)
+	}
+}
+
+// The tokens bucket paces by the same rules, each request counted at the
+// use the reports showed: a call waits while the bucket, less that use
+// for each request let through since the report, holds less than it and
+// each call ahead of it need, until the bucket has refilled enough.
+func TestPaceTokens(t *testing.T) {
+	const use = 100
+	// 250 of 1000 tokens left, full again in 10s: 750 missing, so 50
+	// tokens come back after 10s × 50/750.
+	refilled := p0.Add(666_666_667)
+	tests := []struct {
+		name      string
+		use       int64
+		tokens    int64
+		sent      int
+		ahead     int
+		now       time.Time
+		want      bool
+		wantUntil time.Time
+	}{
+		{name: "use_not_known", use: 0, tokens: 0, now: p0, want: true},
+		{name: "room", use: use, tokens: 250, now: p0, want: true},
+		{name: "room_for_one_ahead", use: use, tokens: 250, ahead: 1, now: p0, want: true},
+		{name: "no_room_for_two_ahead", use: use, tokens: 250, ahead: 2, now: p0, want: false, wantUntil: refilled},
+		{name: "used_by_sent", use: use, tokens: 250, sent: 2, now: p0, want: false, wantUntil: refilled},
+		{name: "refilled", use: use, tokens: 250, sent: 2, now: refilled, want: true},
+		{name: "refilled_for_one", use: use, tokens: 250, sent: 2, ahead: 1, now: refilled, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{}
+			own := b.pass(p0.Add(-time.Millisecond), false)
+			r := requestsReport(p0, 100, p0.Add(time.Hour))
+			r.tokens = bucketReading{known: true, limit: 1000, remaining: tc.tokens, reset: 10 * time.Second}
+			b.settle(p0, own.ticket, r, true)
+			b.tokenUse = tc.use
+			for i := range tc.sent {
+				b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false)
+			}
+			for i := range tc.ahead {
+				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
+			}
+			w := b.join(p0.Add(time.Minute), p0)
+			v := b.admit(tc.now, w)
+			if v.pass != tc.want || !v.until.Equal(tc.wantUntil) {
+				t.Errorf("admit() pass = %v, until %v; want %v, %v", v.pass, v.until, tc.want, tc.wantUntil)
+			}
+		})
+	}
+}
+
+// A request's use of tokens is learned from the drop between two reports
+// over the requests let through between them, rounded up; a report that
+// shows no drop (the bucket refilled) leaves the use learned before.
+func TestPaceLearnsTokenUse(t *testing.T) {
+	b := &Breaker{}
+	report := func(ticket uint64, sent time.Time, tokens int64) {
+		r := requestsReport(sent, 50, p0.Add(time.Hour))
+		r.tokens = bucketReading{known: true, limit: 1000, remaining: tokens, reset: time.Minute}
+		b.settle(sent.Add(time.Second), ticket, r, true)
+	}
+	a := b.pass(p0, false)
+	report(a.ticket, p0, 900)
+	b.pass(p0.Add(time.Millisecond), false)
+	c := b.pass(p0.Add(2*time.Millisecond), false)
+	report(c.ticket, p0.Add(2*time.Millisecond), 699) // 201 tokens over 2 requests
+	if b.tokenUse != 101 {
+		t.Errorf("tokenUse = %d, want 101", b.tokenUse)
+	}
+	d := b.pass(p0.Add(3*time.Millisecond), false)
+	report(d.ticket, p0.Add(3*time.Millisecond), 800)
+	if b.tokenUse != 101 {
+		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.tokenUse)
+	}
+}
