@@ -51,7 +51,10 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 			if err != nil {
 				return llmretry.Completion{}, err
 			}
-			msg, err := client.Messages.New(ctx, params, option.WithMaxRetries(0), option.WithRequestTimeout(timeout))
+			var resp *http.Response
+			msg, err := client.Messages.New(ctx, params, option.WithMaxRetries(0), option.WithRequestTimeout(timeout),
+				option.WithResponseInto(&resp))
+			reportLimits(ctx, resp)
 			if err != nil {
 				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
@@ -98,8 +101,11 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 			// A request timeout of 0 overrides one set on the client: it
 			// would cut a healthy stream that outlasts it, and timing
 			// streams is the Backend's job.
-			stream := client.Messages.NewStreaming(ctx, params, option.WithMaxRetries(0), option.WithRequestTimeout(0))
+			var resp *http.Response
+			stream := client.Messages.NewStreaming(ctx, params, option.WithMaxRetries(0), option.WithRequestTimeout(0),
+				option.WithResponseInto(&resp))
 			defer stream.Close()
+			reportLimits(ctx, resp)
 
 			var (
 				msg     anthropic.Message
@@ -152,6 +158,16 @@ func causeOf(ctx context.Context, err error) error {
 		}
 	}
 	return err
+}
+
+// reportLimits hands the response's rate-limit headers to the chain, for
+// the backend's Breaker to pace by; resp is nil when no response came. An
+// error response is reported here and again by its StatusFailure: both
+// are the one report of the same send, kept once.
+func reportLimits(ctx context.Context, resp *http.Response) {
+	if resp != nil {
+		llmretry.ReportLimits(ctx, resp.Header)
+	}
 }
 
 // prepare builds the parameters for req, with model in place of theirs.

@@ -70,6 +70,15 @@
 // partial text. An answer with neither text nor tool use is a parse
 // failure, retried because another sample may differ.
 //
+// # Rate limits
+//
+// Every Call, plain or streaming, hands the headers of the response it
+// got, an answer's or an error's, to [llmretry.ReportLimits]. A
+// [llmretry.Breaker] on the Backend then paces its requests by the
+// provider's anthropic-ratelimit-* headers, unless its NoPacing is set: a
+// call waits for the bucket to refill, or goes on to the next backend,
+// instead of drawing a 429.
+//
 // # Streaming
 //
 // A stream counts as an answer only when it ends with message_stop after a

@@ -47,6 +47,15 @@
 // Failure, which the chain keeps as the attempt's record (Attempts[i].Err),
 // not in the error Do returns.
 //
+// # Rate limits
+//
+// Every Call, plain or streaming, hands the headers of the response it
+// got, an answer's or an error's, to [llmretry.ReportLimits]. A
+// [llmretry.Breaker] on the Backend then paces its requests by the
+// provider's x-ratelimit-* headers, unless its NoPacing is set: a call
+// waits for the bucket to refill, or goes on to the next backend, instead
+// of drawing a 429.
+//
 // # Timing
 //
 // Do not give the client a request timeout (option.WithRequestTimeout):

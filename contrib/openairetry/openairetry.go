@@ -42,6 +42,7 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 			var resp *http.Response
 			cc, err := client.Chat.Completions.New(ctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			reportLimits(ctx, resp)
 			if err != nil {
 				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
@@ -89,6 +90,7 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 			stream := client.Chat.Completions.NewStreaming(ctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			defer stream.Close()
+			reportLimits(ctx, resp)
 
 			var acc openai.ChatCompletionAccumulator
 			for stream.Next() {
@@ -142,6 +144,16 @@ func causeOf(ctx context.Context, err error) error {
 		}
 	}
 	return err
+}
+
+// reportLimits hands the response's rate-limit headers to the chain, for
+// the backend's Breaker to pace by; resp is nil when no response came. An
+// error response is reported here and again by its StatusFailure: both
+// are the one report of the same send, kept once.
+func reportLimits(ctx context.Context, resp *http.Response) {
+	if resp != nil {
+		llmretry.ReportLimits(ctx, resp.Header)
+	}
 }
 
 // prepare applies the backend's model to the parameters build returned.
