@@ -33,10 +33,12 @@ type Attempt struct {
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
-	// Skipped says no request was sent: the backend's Breaker was open.
-	// Kind is then the Kind of the failure that opened it, Why is
-	// "breaker" (or what ended the wait for it), and RetryAfter is the
-	// time from Start+Elapsed until the breaker half-opened. A call that
+	// Skipped says no request was sent: the backend's Breaker was open,
+	// or held the request back by the provider's rate-limit reports (Why
+	// "paced", Kind transient). Kind is otherwise the Kind of the failure
+	// that opened it, Why is "breaker" (or what ended the wait for it),
+	// and RetryAfter is the time from Start+Elapsed until the breaker
+	// half-opened, or until the provider admits the next request. A call that
 	// waited for the breaker in vain has Start when the wait began and
 	// Elapsed its length (otherwise Elapsed is zero). A call that
 	// waited for the breaker and was then let through has a skip with
@@ -90,7 +92,11 @@ func (a Attempt) String() string {
 	}
 	switch {
 	case a.Skipped:
-		b.WriteString("skipped: breaker open after " + a.Kind.String() + " failures")
+		if a.Why == WhyPaced {
+			b.WriteString("skipped: paced by the provider's rate limits")
+		} else {
+			b.WriteString("skipped: breaker open after " + a.Kind.String() + " failures")
+		}
 	case a.Err != nil:
 		b.WriteString(Redact(firstLine(a.Err.Error())))
 	default:

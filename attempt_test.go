@@ -579,3 +579,13 @@ func TestAttemptUnmarshalJSONNotQuiteNull(t *testing.T) {
 		t.Errorf("UnmarshalJSON(%q) = %v, want nil", " null ", err)
 	}
 }
+
+// A skip for pacing says so: the breaker was not opened by failures.
+func TestAttemptStringPacedSkip(t *testing.T) {
+	a := llmretry.Attempt{Backend: 0, Model: "gpt-4o", Try: 1, Kind: llmretry.KindTransient, Skipped: true,
+		Next: llmretry.NextFailOver, Why: llmretry.WhyPaced}
+	want := "[backend 0 gpt-4o try 1] skipped: paced by the provider's rate limits (failing over: paced)"
+	if got := a.String(); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}

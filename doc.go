@@ -40,8 +40,10 @@
 //
 // A [Breaker] on a backend is its health, shared by every call that holds
 // the same pointer: while it is open, calls skip the backend instead of
-// spending their own retries on it. Its doc comment has the rules, and
-// [Breaker.State] reads it for dashboards.
+// spending their own retries on it. It also paces the backend by the
+// rate-limit headers that a Call passes to [ReportLimits], so that no
+// request is sent that the provider said it would refuse. Its doc comment
+// has the rules, and [Breaker.State] reads it for dashboards.
 //
 // # Records and errors
 //
