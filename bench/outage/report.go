@@ -125,28 +125,47 @@ func withoutBreaker(results []*Result) *Result {
 	return nil
 }
 
-// targets says, in one line each, where llmretry with its Breaker stands
-// against the targets in one scenario.
+// targets says, in one line each, where each of llmretry's rows with its
+// Breaker (without and with pacing) stands against the targets in
+// one scenario.
 func targets(sc *Scenario, results []*Result) []string {
 	var lines []string
 	mark := func(ok bool, what string) {
-		state := "met"
-		if !ok {
-			state = "MISSED"
-		}
-		lines = append(lines, fmt.Sprintf("%s: %s", state, what))
+		lines = append(lines, markLine(ok, what))
 	}
-	var br *Result
+	var brs []*Result
 	for _, r := range results {
 		switch {
 		case r.Breaker:
-			br = r
+			brs = append(brs, r)
 		case !r.Peer:
 			mark(r.Early == 0 && r.Parked == 0, fmt.Sprintf("%s: %d early sends, %d parked at their deadline", r.Strategy, r.Early, r.Parked))
 		}
 	}
-	if br == nil {
+	if brs == nil {
 		return append(lines, "not yet measured: the targets of llmretry + Breaker (not in this build)")
+	}
+	for _, br := range brs {
+		lines = append(lines, breakerTargets(sc, br, results)...)
+	}
+	return lines
+}
+
+// markLine is one target's line: met or MISSED, and what.
+func markLine(ok bool, what string) string {
+	state := "met"
+	if !ok {
+		state = "MISSED"
+	}
+	return fmt.Sprintf("%s: %s", state, what)
+}
+
+// breakerTargets says where one Breaker row, br, stands against the
+// issue's targets in one scenario.
+func breakerTargets(sc *Scenario, br *Result, results []*Result) []string {
+	var lines []string
+	mark := func(ok bool, what string) {
+		lines = append(lines, markLine(ok, what))
 	}
 	var fewer, slower, slowerDone, costlier []string
 	asMany := 0 // peers that answered at least as many

@@ -11,6 +11,7 @@ type Result struct {
 	Strategy  string
 	Peer      bool          // the strategy is one of the peers, not llmretry
 	Breaker   bool          // the strategy is llmretry with its Breaker
+	Paced     bool          // the strategy is llmretry with its Breaker, pacing
 	Requests  int           // callers
 	Answered  int           // answered within their deadline (all answers when there is none)
 	ByPrimary int           // of Answered, by the primary
@@ -47,6 +48,7 @@ func (w *world) result(st Strategy) *Result {
 		Strategy: st.Name,
 		Peer:     st.Peer,
 		Breaker:  st.Breaker,
+		Paced:    st.Paced,
 		Requests: len(w.calls),
 		Sent:     w.sent[0] + w.sent[1],
 		Billed:   w.billed,
