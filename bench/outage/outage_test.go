@@ -76,12 +76,16 @@ func publishedResults(t *testing.T) [][]*Result {
 
 // TestInvariants plays every scenario and fails when llmretry sends early,
 // leaves a caller parked at its deadline, or, with its Breaker, answers
-// fewer requests than a peer.
+// fewer requests than a peer; and when the paced row draws a 429 where
+// only buckets send them, or answers fewer requests than any row.
 func TestInvariants(t *testing.T) {
 	scenarios := Scenarios()
 	results := publishedResults(t)
 	for i := range scenarios {
 		for _, broken := range invariants(results[i]) {
+			t.Errorf("%s: %s", scenarios[i].Name, broken)
+		}
+		for _, broken := range pacedInvariants(&scenarios[i], results[i]) {
 			t.Errorf("%s: %s", scenarios[i].Name, broken)
 		}
 	}

@@ -3,6 +3,7 @@ package outage
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -112,6 +113,44 @@ func invariants(results []*Result) []string {
 		}
 	}
 	return broken
+}
+
+// pacedInvariants returns what llmretry's paced row must never do and
+// did in one scenario: draw a 429 where every 429 comes from a bucket
+// (whose every answer said what it held), or answer fewer requests than
+// any other row. Its early sends and parked callers are invariants'.
+func pacedInvariants(sc *Scenario, results []*Result) []string {
+	var broken []string
+	for _, r := range results {
+		if !r.Paced {
+			continue
+		}
+		if sc.onlyBuckets429() && r.Got429 > 0 {
+			broken = append(broken, fmt.Sprintf("%s: %d requests answered 429, want 0: every 429 here comes from a bucket that said what it held", r.Strategy, r.Got429))
+		}
+		for _, o := range results {
+			if o.Answered > r.Answered {
+				broken = append(broken, fmt.Sprintf("%s: answered %d, fewer than %s's %d", r.Strategy, r.Answered, o.Strategy, o.Answered))
+			}
+		}
+	}
+	return broken
+}
+
+// onlyBuckets429 reports whether every 429 of the scenario comes from a
+// token bucket: one of its providers has a bucket, and no phase of either
+// answers 429 on its own.
+func (sc *Scenario) onlyBuckets429() bool {
+	bucket := false
+	for _, p := range []*Provider{&sc.Primary, &sc.Second} {
+		bucket = bucket || p.Rate > 0
+		for _, ph := range p.Phases {
+			if ph.Status == http.StatusTooManyRequests {
+				return false
+			}
+		}
+	}
+	return bucket
 }
 
 // withoutBreaker returns llmretry's row without the Breaker, nil when
