@@ -275,6 +275,20 @@ func TestWriteReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The rate-limit scenario once more, for the Breaker without and with
+	// pacing alone: BENCHMARKS.md links it from its paragraph on pacing.
+	for i := range scenarios {
+		if scenarios[i].Name != "rate-limit" {
+			continue
+		}
+		var b bytes.Buffer
+		if err := WritePacingSVG(&b, &scenarios[i], results[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, pacingSVG), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var b bytes.Buffer
 	if err := Report(&b, testSeed, scenarios, results, svg); err != nil {
 		t.Fatal(err)
@@ -295,6 +309,10 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// pacingSVG is the picture of rate-limit with and without pacing, in
+// results/.
+const pacingSVG = "pacing-rate-limit.svg"
 
 // benchmarksMD is the repository's BENCHMARKS.md, from this package.
 const benchmarksMD = "../../BENCHMARKS.md"

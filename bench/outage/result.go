@@ -27,6 +27,7 @@ type Result struct {
 	Parked    int           // callers in a wait (no request in flight) when their deadline passed
 	SentBins  []int         // requests sent per 10 s
 	AnsBins   []int         // answers per 10 s
+	Bins429   []int         // requests answered 429, per 10 s of their send
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -55,6 +56,7 @@ func (w *world) result(st Strategy) *Result {
 		Got429:   w.got429,
 		SentBins: w.sentBins,
 		AnsBins:  w.ansBins,
+		Bins429:  w.bins429,
 	}
 	var times, done []time.Duration
 	for _, c := range w.calls {

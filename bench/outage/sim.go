@@ -98,6 +98,7 @@ type world struct {
 	billed   int
 	sentBins []int // requests sent per bin
 	ansBins  []int // answers per bin
+	bins429  []int // requests answered 429, per bin of their send
 }
 
 // bin is the width of the time series that the SVGs draw.
@@ -324,6 +325,7 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if o.status == http.StatusTooManyRequests {
 			w.got429++
+			w.count(&w.bins429, send)
 		}
 		if o.retryAfter > 0 {
 			c.raUntil[p.index] = max(c.raUntil[p.index], end+o.retryAfter)
