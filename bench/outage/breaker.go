@@ -8,7 +8,8 @@ const breakerBuilt = true
 
 // addBreaker gives backend b a default Breaker (open after 5 consecutive
 // retryable failures or a retry-after hint, 30 s cooldown), shared by
-// every call of the run's chain.
-func addBreaker(b *llmretry.Backend[int, int]) {
-	b.Breaker = &llmretry.Breaker{}
+// every call of the run's chain; it paces by the rate-limit reports it
+// is given only when paced is set.
+func addBreaker(b *llmretry.Backend[int, int], paced bool) {
+	b.Breaker = &llmretry.Breaker{NoPacing: !paced}
 }

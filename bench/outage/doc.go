@@ -17,7 +17,11 @@
 // after its last phase the provider answers 200. A provider may sit
 // behind a token bucket shared by all callers, which answers 429 with
 // Retry-After set to the time until its next token, rounded up to whole
-// seconds as the header carries them. A truncation is a property of the
+// seconds as the header carries them, and sends OpenAI's rate-limit
+// headers on every answer it decides, 200 and 429 alike: its size, the
+// whole requests left after this one, and the time until it is full
+// again (OpenAI's meaning of the reset), rounded up to the millisecond,
+// all read from the bucket as it stands when it decides. A truncation is a property of the
 // request: the same request is cut off at its completion budget by that
 // provider every time. Calls honour their context as net/http does: a
 // request whose context is done returns at once with the context's error,

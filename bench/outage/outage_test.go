@@ -76,12 +76,16 @@ func publishedResults(t *testing.T) [][]*Result {
 
 // TestInvariants plays every scenario and fails when llmretry sends early,
 // leaves a caller parked at its deadline, or, with its Breaker, answers
-// fewer requests than a peer.
+// fewer requests than a peer; and when the paced row draws a 429 where
+// only buckets send them, or answers fewer requests than any row.
 func TestInvariants(t *testing.T) {
 	scenarios := Scenarios()
 	results := publishedResults(t)
 	for i := range scenarios {
 		for _, broken := range invariants(results[i]) {
+			t.Errorf("%s: %s", scenarios[i].Name, broken)
+		}
+		for _, broken := range pacedInvariants(&scenarios[i], results[i]) {
 			t.Errorf("%s: %s", scenarios[i].Name, broken)
 		}
 	}
@@ -271,6 +275,20 @@ func TestWriteReport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The rate-limit scenario once more, for the Breaker without and with
+	// pacing alone: BENCHMARKS.md links it from its paragraph on pacing.
+	for i := range scenarios {
+		if scenarios[i].Name != "rate-limit" {
+			continue
+		}
+		var b bytes.Buffer
+		if err := WritePacingSVG(&b, &scenarios[i], results[i]); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, pacingSVG), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var b bytes.Buffer
 	if err := Report(&b, testSeed, scenarios, results, svg); err != nil {
 		t.Fatal(err)
@@ -291,6 +309,10 @@ func TestWriteReport(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// pacingSVG is the picture of rate-limit with and without pacing, in
+// results/.
+const pacingSVG = "pacing-rate-limit.svg"
 
 // benchmarksMD is the repository's BENCHMARKS.md, from this package.
 const benchmarksMD = "../../BENCHMARKS.md"

@@ -13,11 +13,12 @@ import (
 )
 
 // colours gives each strategy a colour that stays the same in every
-// picture, whether or not the build has the Breaker row; llmretry's rows
-// are black and red, and drawn thicker.
+// picture, whether or not the build has the Breaker rows; llmretry's rows
+// are black, red and pink (the Breaker paced), and drawn thicker.
 var colours = map[string]color.Color{
 	nameLLMRetry:     color.RGBA{R: 0x11, G: 0x11, B: 0x11, A: 0xff},
 	nameBreaker:      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	namePaced:        color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
 	nameFailsafe:     color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 	nameFailsafeCB:   color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff},
 	nameBackoffTries: color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
@@ -25,6 +26,46 @@ var colours = map[string]color.Color{
 	nameRetryGo:      color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 	nameGoRetry:      color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	nameOpenAI:       color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+}
+
+// WritePacingSVG draws one scenario for the Breaker rows alone, without
+// and with pacing: requests sent per 10 s above, requests answered 429
+// per 10 s (by when they were sent) below, so that the 429s a paced
+// Breaker did not pay for show against the requests it sent instead.
+func WritePacingSVG(w io.Writer, sc *Scenario, results []*Result) error {
+	var rows []*Result
+	for _, r := range results {
+		if r.Breaker {
+			rows = append(rows, r)
+		}
+	}
+	top, err := series(rows, func(r *Result) []int { return r.SentBins })
+	if err != nil {
+		return err
+	}
+	top.Title.Text = sc.Name + ": the Breaker without and with pacing"
+	top.Y.Label.Text = "requests sent per 10 s"
+	bottom, err := series(rows, func(r *Result) []int {
+		// A row with no 429 still gets its line, flat at zero, over the
+		// run.
+		b := make([]int, max(len(r.Bins429), len(r.SentBins)))
+		copy(b, r.Bins429)
+		return b
+	})
+	if err != nil {
+		return err
+	}
+	bottom.Y.Label.Text = "requests answered 429 per 10 s (by send)"
+	bottom.X.Label.Text = "minutes since the start of the run"
+	top.X.Max = max(top.X.Max, bottom.X.Max)
+	bottom.X.Max = top.X.Max
+
+	c := vgsvg.New(9*vg.Inch, 6*vg.Inch)
+	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, draw.New(c))
+	top.Draw(canvases[0][0])
+	bottom.Draw(canvases[1][0])
+	_, err = c.WriteTo(w)
+	return err
 }
 
 // WriteSVG draws one scenario: answers per 10 s above, requests sent per

@@ -3,6 +3,7 @@ package outage
 import (
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -114,6 +115,44 @@ func invariants(results []*Result) []string {
 	return broken
 }
 
+// pacedInvariants returns what llmretry's paced row must never do and
+// did in one scenario: draw a 429 where every 429 comes from a bucket
+// (whose every answer said what it held), or answer fewer requests than
+// any other row. Its early sends and parked callers are invariants'.
+func pacedInvariants(sc *Scenario, results []*Result) []string {
+	var broken []string
+	for _, r := range results {
+		if !r.Paced {
+			continue
+		}
+		if sc.onlyBuckets429() && r.Got429 > 0 {
+			broken = append(broken, fmt.Sprintf("%s: %d requests answered 429, want 0: every 429 here comes from a bucket that said what it held", r.Strategy, r.Got429))
+		}
+		for _, o := range results {
+			if o.Answered > r.Answered {
+				broken = append(broken, fmt.Sprintf("%s: answered %d, fewer than %s's %d", r.Strategy, r.Answered, o.Strategy, o.Answered))
+			}
+		}
+	}
+	return broken
+}
+
+// onlyBuckets429 reports whether every 429 of the scenario comes from a
+// token bucket: one of its providers has a bucket, and no phase of either
+// answers 429 on its own.
+func (sc *Scenario) onlyBuckets429() bool {
+	bucket := false
+	for _, p := range []*Provider{&sc.Primary, &sc.Second} {
+		bucket = bucket || p.Rate > 0
+		for _, ph := range p.Phases {
+			if ph.Status == http.StatusTooManyRequests {
+				return false
+			}
+		}
+	}
+	return bucket
+}
+
 // withoutBreaker returns llmretry's row without the Breaker, nil when
 // results have none.
 func withoutBreaker(results []*Result) *Result {
@@ -125,28 +164,47 @@ func withoutBreaker(results []*Result) *Result {
 	return nil
 }
 
-// targets says, in one line each, where llmretry with its Breaker stands
-// against the targets in one scenario.
+// targets says, in one line each, where each of llmretry's rows with its
+// Breaker (without and with pacing) stands against the targets in one
+// scenario.
 func targets(sc *Scenario, results []*Result) []string {
 	var lines []string
 	mark := func(ok bool, what string) {
-		state := "met"
-		if !ok {
-			state = "MISSED"
-		}
-		lines = append(lines, fmt.Sprintf("%s: %s", state, what))
+		lines = append(lines, markLine(ok, what))
 	}
-	var br *Result
+	var brs []*Result
 	for _, r := range results {
 		switch {
 		case r.Breaker:
-			br = r
+			brs = append(brs, r)
 		case !r.Peer:
 			mark(r.Early == 0 && r.Parked == 0, fmt.Sprintf("%s: %d early sends, %d parked at their deadline", r.Strategy, r.Early, r.Parked))
 		}
 	}
-	if br == nil {
+	if brs == nil {
 		return append(lines, "not yet measured: the targets of llmretry + Breaker (not in this build)")
+	}
+	for _, br := range brs {
+		lines = append(lines, breakerTargets(sc, br, results)...)
+	}
+	return lines
+}
+
+// markLine is one target's line: met or MISSED, and what.
+func markLine(ok bool, what string) string {
+	state := "met"
+	if !ok {
+		state = "MISSED"
+	}
+	return fmt.Sprintf("%s: %s", state, what)
+}
+
+// breakerTargets says where one Breaker row, br, stands against the
+// targets in one scenario.
+func breakerTargets(sc *Scenario, br *Result, results []*Result) []string {
+	var lines []string
+	mark := func(ok bool, what string) {
+		lines = append(lines, markLine(ok, what))
 	}
 	var fewer, slower, slowerDone, costlier []string
 	asMany := 0 // peers that answered at least as many

@@ -11,6 +11,7 @@ type Result struct {
 	Strategy  string
 	Peer      bool          // the strategy is one of the peers, not llmretry
 	Breaker   bool          // the strategy is llmretry with its Breaker
+	Paced     bool          // the strategy is llmretry with its Breaker, pacing
 	Requests  int           // callers
 	Answered  int           // answered within their deadline (all answers when there is none)
 	ByPrimary int           // of Answered, by the primary
@@ -26,6 +27,7 @@ type Result struct {
 	Parked    int           // callers in a wait (no request in flight) when their deadline passed
 	SentBins  []int         // requests sent per 10 s
 	AnsBins   []int         // answers per 10 s
+	Bins429   []int         // requests answered 429, per 10 s of their send
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -47,12 +49,14 @@ func (w *world) result(st Strategy) *Result {
 		Strategy: st.Name,
 		Peer:     st.Peer,
 		Breaker:  st.Breaker,
+		Paced:    st.Paced,
 		Requests: len(w.calls),
 		Sent:     w.sent[0] + w.sent[1],
 		Billed:   w.billed,
 		Got429:   w.got429,
 		SentBins: w.sentBins,
 		AnsBins:  w.ansBins,
+		Bins429:  w.bins429,
 	}
 	var times, done []time.Duration
 	for _, c := range w.calls {

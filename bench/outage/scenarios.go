@@ -12,6 +12,10 @@ const (
 	secondaryAnswer = 3 * time.Second
 	deadline        = 90 * time.Second
 	fiveMinutes     = 5 * time.Minute
+
+	// fastAnswer is the primary's answer in fast-answers-slow-bucket:
+	// well inside the second its bucket takes to refill one request.
+	fastAnswer = 300 * time.Millisecond
 )
 
 // healthySecondary is the fallback every scenario has unless it says
@@ -49,7 +53,7 @@ func hardDown(name string, dl time.Duration) Scenario {
 	}
 }
 
-// Scenarios returns the eight scenarios of the benchmark, in order.
+// Scenarios returns the nine scenarios of the benchmark, in order.
 // Details a scenario leaves open are chosen here: every scenario
 // has a secondary, healthy (3 s answers, no truncation) unless the
 // scenario says otherwise; a scenario that names no request count has
@@ -102,5 +106,17 @@ func Scenarios() []Scenario {
 		},
 		batch,
 		hardBatch,
+		{
+			// The primary's answer comes back long before its bucket has
+			// the next request: most of the time nothing is in flight, so
+			// a rule that let one through whenever nothing was in flight
+			// would send into an empty bucket; only the reset says when
+			// the next request is admitted.
+			Name:     "fast-answers-slow-bucket",
+			About:    "primary healthy, answers in 0.3 s, behind a token bucket of 1 request/s, burst 2 (429 with Retry-After = time to the next token); secondary healthy; 600 requests over 5 min; 90 s deadline",
+			Requests: 600, Over: fiveMinutes, Deadline: deadline,
+			Primary: Provider{Name: "Primary", Answer: fastAnswer, Rate: 1, Burst: 2},
+			Second:  healthySecondary,
+		},
 	}
 }

@@ -98,6 +98,7 @@ type world struct {
 	billed   int
 	sentBins []int // requests sent per bin
 	ansBins  []int // answers per bin
+	bins429  []int // requests answered 429, per bin of their send
 }
 
 // bin is the width of the time series that the SVGs draw.
@@ -176,6 +177,9 @@ type provider struct {
 	index  int
 	tokens float64       // the bucket's tokens at last
 	last   time.Duration // when tokens was computed
+
+	reading *limits       // what the bucket tells the requests it decided at readAt
+	readAt  time.Duration //
 }
 
 // outcome is what the provider decided for one request when it arrived.
@@ -185,6 +189,35 @@ type outcome struct {
 	latency    time.Duration
 	generating bool // the request produces tokens: billed when answered or cut
 	truncated  bool
+	limits     *limits // the bucket's rate-limit headers; nil when no bucket decided
+}
+
+// limits is what a bucket tells every caller it answers, in OpenAI's
+// x-ratelimit-*-requests headers: its size, the whole requests left after
+// this one, and the time until it is full again, which is what OpenAI
+// documents the reset to be (not the time to the next request).
+type limits struct {
+	limit, remaining int
+	reset            time.Duration
+}
+
+// bucketLimits reads the bucket as it stands once it has decided the
+// requests of this instant. Every request decided at one instant shares
+// the reading, which stands as it is after the last of them: which of
+// them reached the bucket first is the dispatcher's order, which a replay
+// shuffles, and a reading that told them apart would make the outcomes
+// hang on it. So each one's remaining counts the others of its instant
+// as gone, which can only understate it. The reset is rounded up to the
+// millisecond, so that a caller who trusts it is never early;
+// Duration.String then formats it as OpenAI does ("1s", "6m0s", "20ms").
+func (p *provider) bucketLimits(now time.Duration) *limits {
+	if p.reading == nil || p.readAt != now {
+		p.reading, p.readAt = &limits{limit: p.Burst}, now
+	}
+	untilFull := (float64(p.Burst) - p.tokens) / p.Rate * float64(time.Second)
+	ms := time.Duration(math.Ceil(untilFull/float64(time.Millisecond))) * time.Millisecond
+	p.reading.remaining, p.reading.reset = int(math.Floor(p.tokens)), max(ms, 0)
+	return p.reading
 }
 
 // admit decides a request from c that arrives now. It runs on the
@@ -210,9 +243,12 @@ func (p *provider) admit(c *caller, now time.Duration) outcome {
 			// Retry-After carries whole seconds: round the time to the
 			// next token up, so that a caller who honours it finds one.
 			next := (1 - p.tokens) / p.Rate
-			return outcome{status: http.StatusTooManyRequests, retryAfter: time.Duration(math.Ceil(next)) * time.Second, latency: fail429}
+			return outcome{status: http.StatusTooManyRequests, retryAfter: time.Duration(math.Ceil(next)) * time.Second, latency: fail429,
+				limits: p.bucketLimits(now)}
 		}
 		p.tokens--
+		return outcome{status: http.StatusOK, latency: p.Answer, generating: true, truncated: p.truncates(c.id),
+			limits: p.bucketLimits(now)}
 	}
 	return outcome{status: http.StatusOK, latency: p.Answer, generating: true, truncated: p.truncates(c.id)}
 }
@@ -289,6 +325,7 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if o.status == http.StatusTooManyRequests {
 			w.got429++
+			w.count(&w.bins429, send)
 		}
 		if o.retryAfter > 0 {
 			c.raUntil[p.index] = max(c.raUntil[p.index], end+o.retryAfter)
@@ -305,6 +342,14 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 func (p *provider) response(req *http.Request, o outcome) *http.Response {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
+	if l := o.limits; l != nil {
+		// Sent on every answer the bucket decided, 200 and 429 alike, as
+		// OpenAI does. The simulation has no tokens bucket, so the
+		// -tokens headers, which would describe one, are left out.
+		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(l.limit))
+		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(l.remaining))
+		h.Set("X-Ratelimit-Reset-Requests", l.reset.String())
+	}
 	var body string
 	if o.status == http.StatusOK {
 		finish := "stop"

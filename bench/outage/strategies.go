@@ -40,7 +40,8 @@ const (
 type Strategy struct {
 	Name    string
 	Peer    bool // one of the libraries llmretry is compared with
-	Breaker bool // llmretry with its Breaker: the row the targets are for
+	Breaker bool // llmretry with its Breaker: the rows the targets are for
+	Paced   bool // of the Breaker rows, the one whose Breakers pace by the rate-limit headers
 	build   func(e *Env) doFunc
 }
 
@@ -48,6 +49,7 @@ type Strategy struct {
 const (
 	nameLLMRetry     = "llmretry"
 	nameBreaker      = "llmretry + Breaker"
+	namePaced        = "llmretry + Breaker, paced"
 	nameFailsafe     = "failsafe-go"
 	nameFailsafeCB   = "failsafe-go + CircuitBreaker"
 	nameBackoffTries = "backoff v5 (max tries)"
@@ -153,11 +155,14 @@ func (e *Env) primaryContext(ctx context.Context, b int) (context.Context, conte
 }
 
 // Strategies returns every strategy in the order of the tables: llmretry
-// first (with its Breaker when this build has it), then the peers.
+// first (with its Breaker, without and with pacing, when this build has
+// it), then the peers.
 func Strategies() []Strategy {
 	s := []Strategy{{Name: nameLLMRetry, build: buildLLMRetry(false)}}
 	if breakerBuilt {
-		s = append(s, Strategy{Name: nameBreaker, Breaker: true, build: buildLLMRetry(true)})
+		s = append(s,
+			Strategy{Name: nameBreaker, Breaker: true, build: buildLLMRetry(true)},
+			Strategy{Name: namePaced, Breaker: true, Paced: true, build: buildLLMRetryPaced})
 	}
 	return append(s,
 		Strategy{Name: nameFailsafe, Peer: true, build: buildFailsafe(false)},
@@ -179,8 +184,34 @@ func Strategies() []Strategy {
 // is what the docs say the reserve is for: room for one more request to
 // finish. Without a deadline the waits are the bound: four retries.
 // Retry-after is read by StatusFailure and honoured by the chain. With
-// breakers, each backend gets a default Breaker shared by every call.
+// breakers, each backend gets a default Breaker shared by every call, but
+// with NoPacing set: StatusFailure also reads the buckets' rate-limit
+// headers from every 429, and a Breaker that paced by them would no
+// longer be the Breaker this row has always measured. This row is the
+// Breaker without pacing, kept to compare with buildLLMRetryPaced's.
 func buildLLMRetry(breakers bool) func(e *Env) doFunc {
+	mode := noBreakers
+	if breakers {
+		mode = unpacedBreakers
+	}
+	return llmRetryChain(mode)
+}
+
+// buildLLMRetryPaced is buildLLMRetry's chain with a zero Breaker on each
+// backend, which paces: each Call passes every response's header to
+// llmretry.ReportLimits, 200s included (StatusFailure reads the 429s'
+// too), so each Breaker holds back what its bucket would refuse.
+func buildLLMRetryPaced(e *Env) doFunc { return llmRetryChain(pacedBreakers)(e) }
+
+// The breakers an llmRetryChain gives its backends.
+const (
+	noBreakers      = iota
+	unpacedBreakers // a default Breaker with NoPacing
+	pacedBreakers   // a zero Breaker, fed every response's rate-limit headers
+)
+
+// llmRetryChain builds buildLLMRetry's chain with the given breakers.
+func llmRetryChain(mode int) func(e *Env) doFunc {
 	return func(e *Env) doFunc {
 		waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 		call := func(b int) func(ctx context.Context, id int) (int, error) {
@@ -189,6 +220,9 @@ func buildLLMRetry(breakers bool) func(e *Env) doFunc {
 				resp, err := e.send(ctx, c, b, id)
 				if err != nil {
 					return -1, err
+				}
+				if mode == pacedBreakers {
+					llmretry.ReportLimits(ctx, resp.Header)
 				}
 				if resp.StatusCode != http.StatusOK {
 					resp.Body.Close()
@@ -207,9 +241,9 @@ func buildLLMRetry(breakers bool) func(e *Env) doFunc {
 			{Model: "secondary", Call: call(1), Timeout: attemptTimeout,
 				Retry: llmretry.Policy{Waits: waits, Reserve: secondaryAnswer}},
 		}}
-		if breakers {
+		if mode != noBreakers {
 			for i := range chain.Backends {
-				addBreaker(&chain.Backends[i])
+				addBreaker(&chain.Backends[i], mode == pacedBreakers)
 			}
 		}
 		return chain.Do
