@@ -69,7 +69,8 @@ const DefaultCooldown = 30 * time.Second
 //     when the provider admits the next request: the reset divided by
 //     the requests missing from the limit, as a bucket that is full
 //     again at the reset refills (the full reset when the limit is not
-//     known), and no earlier than the response's Retry-After.
+//     known), and no earlier than the response's Retry-After (for no
+//     longer than the backend's MaxWait, as for an open period).
 //   - S is the requests the breaker let through after that request was
 //     sent, and those let through before it that were still in flight
 //     then (which reached the provider first is not known): counting from
@@ -77,7 +78,11 @@ const DefaultCooldown = 30 * time.Second
 //     reached the provider while the report was on its way back.
 //   - A call is let through when R − S, plus 1 once T has come, is more
 //     than the calls ahead of it in the breaker's line (the first-come
-//     line of the half-open probe).
+//     line of the half-open probe). Once the report is older than the
+//     time the bucket takes to refill from empty (W, from the reset and
+//     the limit), the limit less the requests let through in the last W
+//     counts instead when it is more, so that an old report does not
+//     hold the backend back for good.
 //   - Otherwise the backend is closed to the call, and no failure is
 //     counted: the call skips it (Skipped, Why [WhyPaced], Kind
 //     [KindTransient], RetryAfter the time until T), or, when it is the
@@ -85,9 +90,10 @@ const DefaultCooldown = 30 * time.Second
 //     report. Such a wait is bounded as one for a breaker that a
 //     retry-after hint opened (see [Backend.Breaker]): the provider has
 //     said when it admits the next request.
-//   - When nothing the breaker let through is still in flight and T has
-//     come, it lets the first call in line through, so that a fresh
-//     report comes back even after answers that carried none.
+//   - When nothing the breaker let through is still in flight and the
+//     next admission of every bucket that holds the call back has come,
+//     it lets the first call in line through, so that a fresh report
+//     comes back even after answers that carried none.
 //   - The tokens bucket paces by the same rules, its requests counted in
 //     what a request uses: the tokens the bucket lost between two
 //     reports over the requests let through between them (a drop the
@@ -255,29 +261,36 @@ func (b *Breaker) pace(now time.Time, w *breakerWaiter) (verdict, bool) {
 	s := int64(b.sentSince())
 	var (
 		held  bool      // a bucket holds too little for this call
-		come  = true    // every bucket's next admission has come
+		come  = true    // the next admission of every bucket that holds the call back has come
 		until time.Time // the latest next admission of the buckets that hold the call back
 	)
-	// Each bucket says how many more requests it takes (n) and when it
-	// takes the next one beyond them (t).
+	// Each bucket says how many more requests it takes (n, one more once
+	// t has come) and when it takes the next one beyond them (t).
 	check := func(n int64, t time.Time) {
-		if now.Before(t) {
-			come = false
-		} else {
-			n++
-		}
 		if n <= k {
 			held = true
 			if now.Before(t) {
+				come = false
 				until = later(until, t)
 			}
 		}
 	}
-	if b.report.requests.known {
-		check(b.report.requests.remaining-s, b.nextAdmission())
+	if r := b.report.requests; r.known {
+		t := b.nextAdmission()
+		n := r.remaining - s
+		if !now.Before(t) {
+			n++
+		}
+		if m, ok := b.windowRoom(now); ok {
+			n = max(n, m)
+		}
+		check(n, t)
 	}
 	if tk := b.report.tokens; tk.known && b.tokenUse > 0 {
 		n, t := tokensFor(tk, b.report.read, s, b.tokenUse)
+		if !now.Before(t) {
+			n++
+		}
 		check(n, t)
 	}
 	if !held || (come && k == 0 && b.inFlight == 0) {
@@ -305,6 +318,44 @@ func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time
 	}
 	// Rounded up, never early; a float, as reset × need can overflow.
 	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
+}
+
+// windowRoom is a second reading of how many more requests the requests
+// bucket takes at now, for a report that has grown old: a bucket of limit
+// L that refills from empty in W has, whatever it held before, at least
+// L less the requests taken in the last W. It reports false when the
+// bucket's pace is not known, or when that window reaches back before
+// the report's request was sent (the requests before it are not all
+// counted). Without it a report would hold the backend to one request at
+// a time for good once S passed R, even a report long stale, such as a
+// 429's from a Call that reports only its failures.
+func (b *Breaker) windowRoom(now time.Time) (int64, bool) {
+	r := b.report.requests
+	missing := r.limit - r.remaining
+	if r.limit <= 0 || r.reset <= 0 || missing <= 0 {
+		return 0, false
+	}
+	// The reset is the time to refill the missing requests; from empty,
+	// the whole limit. Rounded up, and a float, as reset × limit can
+	// overflow.
+	w := math.Ceil(float64(r.reset) * float64(r.limit) / float64(missing))
+	if w > float64(maxOpen) {
+		return 0, false
+	}
+	start := now.Add(-time.Duration(w))
+	if start.Before(b.report.sent) {
+		return 0, false
+	}
+	n := int64(0)
+	if !b.droppedAt.IsZero() && b.droppedAt.After(start) {
+		n += int64(b.dropped) // folded into a count: some may be in the window
+	}
+	for _, a := range b.admits {
+		if a.at.After(start) {
+			n++
+		}
+	}
+	return r.limit - n, true
 }
 
 // nextAdmission is T: when the freshest report says the provider admits
@@ -415,20 +466,20 @@ func (b *Breaker) prune() {
 		return a.done && (inFlightSince.IsZero() || a.back.Before(inFlightSince)) && !(b.hasReport && b.counts(a))
 	})
 	if len(b.admits) > maxAdmits {
+		// Fold the older half of those that came back into a count; a
+		// request still in flight stays, to be settled (there are no
+		// more of them than calls in flight).
 		half := len(b.admits) / 2
-		open := b.dropped > 0 && b.droppedAt.IsZero()
-		for _, a := range b.admits[:half] {
-			if !a.done {
-				b.inFlight-- // never settled now; a lost ticket must not stop the liveness rule for good
-				open = true
+		kept := make([]admission, 0, len(b.admits)-half)
+		for i, a := range b.admits {
+			if i < half && a.done {
+				b.dropped++
+				b.droppedAt = later(b.droppedAt, a.back)
+				continue
 			}
-			b.dropped++
-			b.droppedAt = later(b.droppedAt, a.back)
+			kept = append(kept, a)
 		}
-		if open {
-			b.droppedAt = time.Time{}
-		}
-		b.admits = slices.Clone(b.admits[half:])
+		b.admits = kept
 	}
 }
 
@@ -482,6 +533,11 @@ func (b *Breaker) leave(w *breakerWaiter) {
 func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if mw := maxWait; hasRep && mw > 0 && !rep.retryAt.IsZero() && rep.requests.next.After(now.Add(mw)) && !rep.retryAt.Before(rep.requests.next) {
+		// A retry-after past MaxWait is a broken server's, as for the
+		// open period: it must not hold the backend back longer.
+		rep.requests.next = now.Add(mw)
+	}
 	b.settle(now, ticket, rep, hasRep)
 	if probe {
 		b.probing = false

@@ -245,3 +245,72 @@ func TestPaceLearnsTokenUse(t *testing.T) {
 		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.tokenUse)
 	}
 }
+
+// An old report does not hold the backend back for good: once the bucket
+// could have refilled from empty (W = reset × limit ÷ missing), the limit
+// less the requests let through in the last W is room too. A Call that
+// reports only its failures (StatusFailure on a 429) otherwise drops to
+// one request at a time forever after one 429.
+func TestPaceOldReportRefills(t *testing.T) {
+	rep := limitReport{sent: p0, read: p0, requests: bucketReading{known: true, limit: 60, remaining: 0, reset: time.Minute, next: p0.Add(time.Second)}}
+	b := &Breaker{}
+	own := b.pass(p0.Add(-time.Millisecond), false)
+	b.settle(p0, own.ticket, rep, true)
+	// 100 requests let through and answered over the next minute, with
+	// no report: S is far past R.
+	for i := range 100 {
+		at := p0.Add(time.Duration(i) * 500 * time.Millisecond)
+		tk := b.pass(at, false)
+		b.settle(at.Add(100*time.Millisecond), tk.ticket, limitReport{}, false)
+	}
+	last := p0.Add(50 * time.Second) // the last admission was at 49.5s
+	tk := b.pass(last, false)        // one still in flight: liveness cannot help
+	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
+	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.
+	if got := b.admit(p0.Add(70*time.Second), nil).pass; got {
+		t.Errorf("admit() at 70s pass = true, want false: 80 requests in the last minute, limit 60")
+	}
+	if got := b.admit(p0.Add(111*time.Second), nil).pass; !got {
+		t.Errorf("admit() at 111s pass = false, want true: no request in the last minute, limit 60 (state %+v)", b.State())
+	}
+	b.settle(p0.Add(112*time.Second), tk.ticket, limitReport{}, false)
+}
+
+// Liveness looks only at the buckets that hold the call back: a tokens
+// reading with room to spare but a refill time ahead must not stop the
+// one request that brings a fresh report, with nothing in flight to wake
+// the waiter otherwise.
+func TestPaceLivenessIgnoresBucketsWithRoom(t *testing.T) {
+	rep := limitReport{sent: p0, read: p0,
+		requests: bucketReading{known: true, limit: 60, remaining: 0, reset: time.Minute, next: p0.Add(time.Second)},
+		tokens:   bucketReading{known: true, limit: 10000, remaining: 9000, reset: 6 * time.Second, next: p0.Add(6 * time.Second)},
+	}
+	b := &Breaker{tokenUse: 1000}
+	own := b.pass(p0.Add(-time.Millisecond), false)
+	b.settle(p0, own.ticket, rep, true)
+	for i := range 2 { // answered, with no report
+		tk := b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false)
+		b.settle(p0.Add(100*time.Millisecond), tk.ticket, limitReport{}, false)
+	}
+	if got := b.admit(p0.Add(2*time.Second), nil).pass; !got {
+		t.Errorf("admit() at 2s pass = false, want true: nothing in flight and T has come (state %+v)", b.State())
+	}
+}
+
+// A Retry-After past the backend's MaxWait does not hold the backend
+// back past MaxWait through pacing, as it does not hold the breaker open.
+func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
+	h := http.Header{}
+	h.Set("Retry-After", "3600")
+	h.Set("X-Ratelimit-Remaining-Requests", "0")
+	rep, ok := parseLimits(h, p0, p0)
+	if !ok {
+		t.Fatal("parseLimits() = false, want a report")
+	}
+	b := &Breaker{}
+	own := b.pass(p0.Add(-time.Millisecond), false)
+	b.observe(p0, false, KindTransient, 0, false, 30*time.Second, own.ticket, rep, true)
+	if got := b.State().NextAdmission; got.After(p0.Add(30 * time.Second)) {
+		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))
+	}
+}
