@@ -92,7 +92,9 @@ func Delivered(ctx context.Context) {
 // provider's rate limits, for the [Breaker] of the backend whose attempt
 // runs under ctx to pace its requests by. A backend's Call passes the
 // header of every response it gets, success or failure, streaming or not,
-// as soon as it has it. It reads OpenAI's and Azure OpenAI's
+// before it returns: the Breaker learns the attempt's report when the
+// attempt ends (a stream's, when the stream does), and a report made
+// after the Call returned is not seen. It reads OpenAI's and Azure OpenAI's
 // x-ratelimit-{limit,remaining,reset}-{requests,tokens} and Anthropic's
 // anthropic-ratelimit-*-{limit,remaining,reset}, with Retry-After; a
 // header it cannot read is ignored, never an error. A Call that returns
@@ -127,7 +129,7 @@ func (a *attemptCtx) report(r limitReport) {
 	}
 }
 
-// report is the attempt's freshest rate-limit report, and whether it
+// reported is the attempt's freshest rate-limit report, and whether it
 // made one.
 func (a *attemptCtx) reported() (limitReport, bool) {
 	a.limitsMu.Lock()

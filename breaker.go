@@ -302,8 +302,8 @@ func (b *Breaker) pace(now time.Time, w *breakerWaiter) (verdict, bool) {
 // tokensFor is what a tokens bucket, read at read as tk, takes once s
 // more requests of use tokens each have been sent: how many more
 // requests, and when it holds enough for the next one beyond them, as it
-// refills steadily to full at its reset (rule 6 of the requests bucket,
-// for use tokens instead of one). Without a limit it is full again only
+// refills steadily to full at its reset (as T is read for the requests
+// bucket, for use tokens instead of one). Without a limit it is full again only
 // at the reset.
 func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
 	left := tk.remaining - s*use

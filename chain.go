@@ -496,9 +496,19 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 	}
 	kind, d := outcomeOf(err)
 	if d.limits != nil && b.Breaker != nil {
-		// StatusFailure read the headers without knowing the send.
+		// StatusFailure read the headers without knowing the send. A
+		// Failure built before the attempt (a fake's, say) was read
+		// earlier still: its times move with its read, never early.
 		rep := *d.limits
-		rep.sent, rep.read = start, later(rep.read, start)
+		if shift := start.Sub(rep.read); shift > 0 {
+			rep.read = start
+			rep.retryAt = shiftTime(rep.retryAt, shift)
+			rep.requests.next = shiftTime(rep.requests.next, shift)
+			rep.tokens.next = shiftTime(rep.tokens.next, shift)
+			rep.inputTokens.next = shiftTime(rep.inputTokens.next, shift)
+			rep.outputTokens.next = shiftTime(rep.outputTokens.next, shift)
+		}
+		rep.sent = start
 		if !end.hasLimits || fresher(rep, end.limits) {
 			end.limits, end.hasLimits = rep, true
 		}
@@ -623,6 +633,14 @@ func (r *run[Req, Resp]) handLetThrough(br *Breaker, probe bool, ticket uint64, 
 	}()
 	r.hand(a)
 	handed = true
+}
+
+// shiftTime is t moved later by d; the zero time, which means none, stays.
+func shiftTime(t time.Time, d time.Duration) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.Add(d)
 }
 
 // cameTo is when the call first came to backend bi: the start of its

@@ -286,3 +286,23 @@ func TestReportLimitsOutsideAttempt(t *testing.T) {
 		t.Errorf("State() = %+v, want no report", st)
 	}
 }
+
+// A Failure built before its attempt (as a fake's often is) read its
+// headers then: the next admission it reports moves with the attempt, so
+// the breaker never lets a request go early by it.
+func TestPrebuiltStatusFailureIsNotEarly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := llmretry.StatusFailure(http.StatusInternalServerError, limitHeader(10, 0, 10*time.Second), nil)
+		time.Sleep(time.Minute)
+		br := &llmretry.Breaker{}
+		call := func(ctx context.Context, req string) (string, error) { return "", f }
+		c := &chain{Backends: []backend{{Model: "m", Call: call, Breaker: br}}}
+		sent := time.Now()
+		c.Do(t.Context(), "x")
+		// 10 missing refill in 10s: the next one 1s after the read, which
+		// is the attempt's, not the Failure's a minute before.
+		if got, want := br.State().NextAdmission, sent.Add(time.Second); got.Before(want) {
+			t.Errorf("State().NextAdmission = %v, want no earlier than %v", got, want)
+		}
+	})
+}
