@@ -21,7 +21,8 @@ const maxBody = 10 << 20
 
 // Server is a scripted LLM provider listening on 127.0.0.1: it answers
 // OpenAI Chat Completions at POST /v1/chat/completions and Anthropic
-// Messages at POST /v1/messages, each request with the next [Step] of its
+// Messages at POST /v1/messages (and OpenAI's Responses API at POST
+// /v1/responses), each request with the next [Step] of its
 // model's script. Create one with [NewServer] and end it with
 // [Server.Close]; the zero Server is not usable. Its methods are safe for
 // concurrent use, also while requests are being served.
@@ -67,7 +68,7 @@ type script struct {
 // [Server.Requests] returns it.
 type Request struct {
 	Model  string    // the request body's "model"; "" when the body could not be decoded
-	API    string    // "openai" or "anthropic"
+	API    string    // "openai", "openai-responses" or "anthropic"
 	Stream bool      // the request asked for a stream ("stream": true)
 	Time   time.Time // when the server had read the request and chose its step
 	N      int       // 1-based count of requests for this model, this one included
@@ -258,6 +259,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		ep = &openAI
 	case "/v1/messages":
 		ep = &anthropic
+	case "/v1/responses":
+		ep = &responsesAPI
 	default:
 		// Neither SDK sends this. It is not logged: the log is of
 		// requests to a model, and this names none.
@@ -395,17 +398,20 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 			panic(http.ErrAbortHandler)
 		}
 		return
-	case kindStatus, kindInsufficientQuota, kindContextLength:
+	case kindStatus, kindInsufficientQuota, kindContextLength, kindContentFilter:
 		status := st.status
 		switch st.kind {
 		case kindInsufficientQuota:
 			status = http.StatusTooManyRequests
-		case kindContextLength:
+		case kindContextLength, kindContentFilter:
 			status = http.StatusBadRequest
 		}
 		errType, code, param, msg := ep.errorFor(status, st, x.req.Model)
 		writeError(x.w, ep, &st, status, errType, code, param, msg, x.id)
 		return
+	}
+	if st.kind == kindFailed && ep != &responsesAPI {
+		st.kind = kindStreamError // only the Responses API has failed answers
 	}
 	if x.req.Stream {
 		if !ep.stream(x, st) {
