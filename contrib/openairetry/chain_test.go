@@ -19,6 +19,7 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // These tests run the real openai-go client against llmretrytest's
@@ -36,18 +37,43 @@ const short = time.Millisecond
 type mode int
 
 const (
-	plain  mode = iota // Chat
-	stream             // ChatStream
+	plain      mode = iota // Chat
+	stream                 // ChatStream
+	respPlain              // Responses
+	respStream             // ResponsesStream
 )
 
-var modes = []mode{plain, stream}
+var modes = []mode{plain, stream, respPlain, respStream}
 
 func (m mode) String() string {
-	if m == stream {
-		return "stream"
-	}
-	return "json"
+	return [...]string{"json", "stream", "responses_json", "responses_stream"}[m]
 }
+
+// streams reports whether m asks for a stream.
+func (m mode) streams() bool { return m == stream || m == respStream }
+
+// api is the endpoint m's requests reach, as the server logs it.
+func (m mode) api() string {
+	if m == respPlain || m == respStream {
+		return "openai-responses"
+	}
+	return "openai"
+}
+
+// in is the mode of m's shape, plain or streaming, in the API of r.
+func (m mode) in(r mode) mode {
+	base := plain
+	if r == respPlain || r == respStream {
+		base = respPlain
+	}
+	if m.streams() {
+		return base + 1
+	}
+	return base
+}
+
+// apis are one mode of each API, for tests that run a table in both.
+var apis = []mode{plain, respPlain}
 
 // newServer starts a scripted provider that the test closes.
 func newServer(t *testing.T) *llmretrytest.Server {
@@ -76,6 +102,14 @@ func build(q string) openai.ChatCompletionNewParams {
 	}
 }
 
+// buildResponses is build for the Responses API.
+func buildResponses(q string) responses.ResponseNewParams {
+	return responses.ResponseNewParams{
+		Model: "not-scripted",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(q)},
+	}
+}
+
 // deltas collects what a streaming backend emits.
 type deltas struct {
 	mu   sync.Mutex
@@ -97,10 +131,24 @@ func (d *deltas) all() []string {
 // backend returns the backend for model in mode m, emitting into d when
 // it streams.
 func backend(m mode, client openai.Client, model string, d *deltas) llmretry.Backend[string, llmretry.Completion] {
-	if m == stream {
+	switch m {
+	case stream:
 		return openairetry.ChatStream(client, model, build, d.emit)
+	case respPlain:
+		return openairetry.Responses(client, model, buildResponses)
+	case respStream:
+		return openairetry.ResponsesStream(client, model, buildResponses, d.emit)
 	}
 	return openairetry.Chat(client, model, build)
+}
+
+// buffered returns the backend for model in streaming mode m with a nil
+// emit, which holds its answer.
+func buffered(m mode, client openai.Client, model string) llmretry.Backend[string, llmretry.Completion] {
+	if m == respStream {
+		return openairetry.ResponsesStream(client, model, buildResponses, nil)
+	}
+	return openairetry.ChatStream(client, model, build, nil)
 }
 
 // waits is a retry policy of n short waits.
@@ -184,9 +232,9 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 		req := log[0]
 		log = log[1:]
 		reached[a.Model]++
-		if req.Model != a.Model || req.N != reached[a.Model] || req.Stream != (m == stream) || req.API != "openai" {
-			t.Errorf("attempt %d (%v): logged request = %+v, want model %s, N %d, stream %v, api openai",
-				i, a, req, a.Model, reached[a.Model], m == stream)
+		if req.Model != a.Model || req.N != reached[a.Model] || req.Stream != m.streams() || req.API != m.api() {
+			t.Errorf("attempt %d (%v): logged request = %+v, want model %s, N %d, stream %v, api %s",
+				i, a, req, a.Model, reached[a.Model], m.streams(), m.api())
 		}
 		if req.Time.Before(a.Start) || req.Time.After(a.Start.Add(a.Elapsed)) {
 			t.Errorf("attempt %d (%v): request logged at %v, outside the attempt's %v + %v",
@@ -204,7 +252,7 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 // answered is the row of a successful attempt: a stream that answers
 // has delivered its text.
 func answered(m mode, model string, try int) row {
-	return row{Model: model, Try: try, Step: "answer", OK: true, Delivered: m == stream}
+	return row{Model: model, Try: try, Step: "answer", OK: true, Delivered: m.streams()}
 }
 
 // text returns a pointer to s, for rows' raw text.
@@ -236,14 +284,35 @@ func TestRetriesThenAnswers(t *testing.T) {
 			wantAnswer := llmretry.Completion{
 				Model: "gpt-a", Text: "The sky is blue.", StopReason: "stop", InputTokens: 10, OutputTokens: 4,
 			}
+			if m.api() == "openai-responses" {
+				wantAnswer.StopReason = "completed"
+			}
 			if diff := cmp.Diff(wantAnswer, got, cmpopts.IgnoreFields(llmretry.Completion{}, "Raw")); diff != "" {
 				t.Errorf("Do() answer (-want +got):\n%s", diff)
 			}
-			raw, ok := got.Raw.(*openai.ChatCompletion)
-			if !ok || raw.Choices[0].Message.Content != got.Text || raw.Usage.CompletionTokens != 4 {
-				t.Errorf("Do() answer Raw = %#v, want the *openai.ChatCompletion with the text and usage", got.Raw)
+			switch raw := got.Raw.(type) {
+			case *openai.ChatCompletion:
+				if m.api() != "openai" || raw.Choices[0].Message.Content != got.Text || raw.Usage.CompletionTokens != 4 {
+					t.Errorf("Do() answer Raw = %#v, want the *openai.ChatCompletion with the text and usage", got.Raw)
+				}
+			case *responses.Response:
+				if m.api() != "openai-responses" || raw.OutputText() != got.Text || raw.Usage.OutputTokens != 4 {
+					t.Errorf("Do() answer Raw = %#v, want the *responses.Response with the text and usage", got.Raw)
+				}
+			default:
+				t.Errorf("Do() answer Raw = %T, want the SDK's response", got.Raw)
 			}
-			if m == stream {
+			// The answer's record says what the server reported it cost;
+			// the 503s reported nothing.
+			wantUsage := []*llmretry.Usage{nil, nil, {InputTokens: 10, OutputTokens: 4}}
+			var gotUsage []*llmretry.Usage
+			for _, a := range attempts {
+				gotUsage = append(gotUsage, a.Usage)
+			}
+			if diff := cmp.Diff(wantUsage, gotUsage); diff != "" {
+				t.Errorf("records' usage (-want +got):\n%s", diff)
+			}
+			if m.streams() {
 				if diff := cmp.Diff([]string{"The ", "sky ", "is ", "blue."}, d.all()); diff != "" {
 					t.Errorf("emitted (-want +got):\n%s", diff)
 				}
@@ -450,11 +519,19 @@ func TestTruncation(t *testing.T) {
 				answered(m, "gpt-b", 1),
 			}
 			if len(attempts) > 0 {
-				if msg, want := fmt.Sprint(attempts[0].Err), `finish reason "length") (request req_gpt-a_1)`; !strings.Contains(msg, want) {
+				want := `finish reason "length") (request req_gpt-a_1)`
+				if m.api() == "openai-responses" {
+					want = `reason "max_output_tokens") (request req_gpt-a_1)`
+				}
+				if msg := fmt.Sprint(attempts[0].Err); !strings.Contains(msg, want) {
 					t.Errorf("attempt 1 error = %q, want it to contain %q", msg, want)
 				}
+				// A truncated answer is billed: its record says for what.
+				if diff := cmp.Diff(&llmretry.Usage{InputTokens: 10, OutputTokens: 3}, attempts[0].Usage); diff != "" {
+					t.Errorf("attempt 1 usage (-want +got):\n%s", diff)
+				}
 			}
-			if m == stream {
+			if m.streams() {
 				// The caller holds "The sky is" already.
 				want = want[:1]
 				want[0].Delivered, want[0].Next, want[0].Why = true, llmretry.NextStop, llmretry.WhyDelivered
@@ -550,45 +627,48 @@ func TestStreamBroken(t *testing.T) {
 			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
-			srv.Script("gpt-b", llmretrytest.Answer("ok"))
-			client := newClient(srv)
-			var d deltas
-			a := backend(tc.mode, client, "gpt-a", &d)
-			if tc.nilEmit {
-				a = openairetry.ChatStream(client, "gpt-a", build, nil)
-			}
-			a.Retry = waits(1)
+	for _, api := range apis {
+		for _, tc := range tests {
+			m := tc.mode.in(api)
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServer(t)
+				srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
+				srv.Script("gpt-b", llmretrytest.Answer("ok"))
+				client := newClient(srv)
+				var d deltas
+				a := backend(m, client, "gpt-a", &d)
+				if tc.nilEmit {
+					a = buffered(m, client, "gpt-a")
+				}
+				a.Retry = waits(1)
 
-			_, attempts, err := run(t, a, backend(tc.mode, client, "gpt-b", &deltas{}))
-			first := tc.want
-			first.Model, first.Try = "gpt-a", 1
-			want := []row{first}
-			if tc.want.Delivered {
-				if err == nil {
-					t.Errorf("Do() error = nil, want the failure of the delivered stream")
+				_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
+				first := tc.want
+				first.Model, first.Try = "gpt-a", 1
+				want := []row{first}
+				if tc.want.Delivered {
+					if err == nil {
+						t.Errorf("Do() error = nil, want the failure of the delivered stream")
+					}
+				} else {
+					if err != nil {
+						t.Errorf("Do() error = %v, want nil", err)
+					}
+					second := answered(m, "gpt-a", 2)
+					second.Delivered = second.Delivered && !tc.nilEmit
+					want = append(want, second)
 				}
-			} else {
-				if err != nil {
-					t.Errorf("Do() error = %v, want nil", err)
+				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
 				}
-				second := answered(tc.mode, "gpt-a", 2)
-				second.Delivered = second.Delivered && !tc.nilEmit
-				want = append(want, second)
-			}
-			if diff := cmp.Diff(want, joinLog(t, tc.mode, attempts, srv)); diff != "" {
-				t.Errorf("records (-want +got):\n%s", diff)
-			}
-			if tc.want.Delivered {
-				if diff := cmp.Diff(tc.emitted, d.all()); diff != "" {
-					t.Errorf("emitted (-want +got):\n%s", diff)
+				if tc.want.Delivered {
+					if diff := cmp.Diff(tc.emitted, d.all()); diff != "" {
+						t.Errorf("emitted (-want +got):\n%s", diff)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -654,42 +734,45 @@ func TestStallTimeout(t *testing.T) {
 			want: row{Step: "stream stall 0", Kind: llmretry.KindTimeout, Next: llmretry.NextRetry, RetryIn: short},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
-			srv.Script("gpt-b", llmretrytest.Answer("ok"))
-			client := newClient(srv)
-			a := backend(tc.mode, client, "gpt-a", &deltas{})
-			a.Retry = waits(1)
-			a.StallTimeout = stall
+	for _, api := range apis {
+		for _, tc := range tests {
+			m := tc.mode.in(api)
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServer(t)
+				srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
+				srv.Script("gpt-b", llmretrytest.Answer("ok"))
+				client := newClient(srv)
+				a := backend(m, client, "gpt-a", &deltas{})
+				a.Retry = waits(1)
+				a.StallTimeout = stall
 
-			_, attempts, err := run(t, a, backend(tc.mode, client, "gpt-b", &deltas{}))
-			first := tc.want
-			first.Model, first.Try = "gpt-a", 1
-			want := []row{first}
-			switch {
-			case first.OK:
-			case first.Delivered:
-				if _, ok := errors.AsType[*llmretry.TimedOut](err); !ok {
-					t.Errorf("Do() error = %T %v, want an *llmretry.TimedOut", err, err)
+				_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
+				first := tc.want
+				first.Model, first.Try = "gpt-a", 1
+				want := []row{first}
+				switch {
+				case first.OK:
+				case first.Delivered:
+					if _, ok := errors.AsType[*llmretry.TimedOut](err); !ok {
+						t.Errorf("Do() error = %T %v, want an *llmretry.TimedOut", err, err)
+					}
+				default:
+					want = append(want, answered(m, "gpt-a", 2))
 				}
-			default:
-				want = append(want, answered(tc.mode, "gpt-a", 2))
-			}
-			if !first.Delivered && err != nil {
-				t.Errorf("Do() error = %v, want nil", err)
-			}
-			if diff := cmp.Diff(want, joinLog(t, tc.mode, attempts, srv)); diff != "" {
-				t.Errorf("records (-want +got):\n%s", diff)
-			}
-			if !first.OK && len(attempts) > 0 {
-				if took := attempts[0].Elapsed; took < stall {
-					t.Errorf("stalled attempt took %v, want at least the %v stall timeout", took, stall)
+				if !first.Delivered && err != nil {
+					t.Errorf("Do() error = %v, want nil", err)
 				}
-			}
-		})
+				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
+				}
+				if !first.OK && len(attempts) > 0 {
+					if took := attempts[0].Elapsed; took < stall {
+						t.Errorf("stalled attempt took %v, want at least the %v stall timeout", took, stall)
+					}
+				}
+			})
+		}
 	}
 }
 
