@@ -179,6 +179,11 @@ func TestFinishedStreamAnswersAtOnce(t *testing.T) {
 				if diff := cmp.Diff(tc.usage, attempts[0].Usage); diff != "" {
 					t.Errorf("record's usage (-want +got):\n%s", diff)
 				}
+				// An attempt that waited for the end would have lasted its
+				// whole Timeout, and its answer been taken only then.
+				if took := attempts[0].Elapsed; took >= a.Timeout {
+					t.Errorf("attempt took %v, want it answered before its %v Timeout", took, a.Timeout)
+				}
 			})
 		}
 	}
