@@ -383,8 +383,8 @@ func TestRetryAfter(t *testing.T) {
 
 // TestTransientRetried runs through every failure that may pass before an
 // answer: server errors, an error event inside the stream (a 5xx of the
-// same type for a plain request) and a connection closed without a
-// response.
+// same type for a plain request), a connection closed without a response
+// and a body or event that does not decode.
 func TestTransientRetried(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
@@ -398,10 +398,11 @@ func TestTransientRetried(t *testing.T) {
 				llmretrytest.StreamError("server_error"),
 				llmretrytest.StreamError("overloaded_error"),
 				llmretrytest.Hangup(),
+				llmretrytest.Malformed(),
 				llmretrytest.Answer("ok"),
 			)
 			a := backend(m, newClient(srv), "gpt-a", &deltas{})
-			a.Retry = waits(6)
+			a.Retry = waits(7)
 
 			_, attempts, err := run(t, a)
 			if err != nil {
@@ -417,7 +418,8 @@ func TestTransientRetried(t *testing.T) {
 				transient(4, "stream error server_error", 500),
 				transient(5, "stream error overloaded_error", 529),
 				transient(6, "hangup", 0),
-				answered(m, "gpt-a", 7),
+				transient(7, "malformed", 0),
+				answered(m, "gpt-a", 8),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 				t.Errorf("records (-want +got):\n%s", diff)

@@ -45,7 +45,7 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			reportLimits(ctx, resp)
 			if err != nil {
-				return llmretry.Completion{}, Failure(causeOf(ctx, err))
+				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
 			var usage *llmretry.Usage
 			if cc.JSON.Usage.Valid() {
@@ -397,6 +397,20 @@ func streamFailure(err error, resp *http.Response, text string) error {
 		RawText: &text,
 		Err:     fmt.Errorf("openairetry: stream broke after %d bytes of text%s: %w", len(text), requestSuffix(resp), err),
 	}
+}
+
+// callFailure maps the error of a plain request as [Failure] does, but
+// for a body that does not decode, which is transient: a proxy mangled
+// it or a provider cut it short, and the next try is likely to read
+// whole. resp is the response, nil when none came.
+func callFailure(err error, resp *http.Response) error {
+	if decodeError(err) {
+		return &llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  fmt.Errorf("openairetry: response body does not decode%s: %w", requestSuffix(resp), err),
+		}
+	}
+	return Failure(err)
 }
 
 // decodeError reports whether err is the SDK's report of an event whose

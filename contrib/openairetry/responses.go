@@ -49,14 +49,7 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			reportLimits(ctx, resp)
 			if err != nil {
-				err = causeOf(ctx, err)
-				if decodeError(err) {
-					return llmretry.Completion{}, &llmretry.Failure{
-						Kind: llmretry.KindTransient,
-						Err:  errors.New("openairetry: response body does not decode" + requestSuffix(resp) + ": " + err.Error()),
-					}
-				}
-				return llmretry.Completion{}, Failure(err)
+				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
 			return responseAnswer(ctx, r, "", requestSuffix(resp))
 		},

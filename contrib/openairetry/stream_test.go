@@ -21,7 +21,7 @@ import (
 const hold = "\x00hold"
 
 // rawServer answers the n-th request (from 0) with bodies[n] as an event
-// stream, the last body again once they run out. It returns a client for
+// stream (as JSON when it starts with "{"), the last body again once they run out. It returns a client for
 // it and a count of the requests it got. It serves what llmretrytest's
 // steps do not play: events garbled mid-stream and streams that stay
 // open after their answer.
@@ -36,7 +36,11 @@ func rawServer(t *testing.T, bodies ...string) (openai.Client, func() int) {
 		body := bodies[min(n, len(bodies)-1)]
 		n++
 		mu.Unlock()
-		w.Header().Set("Content-Type", "text/event-stream")
+		if strings.HasPrefix(body, "{") {
+			w.Header().Set("Content-Type", "application/json") // a plain answer's body
+		} else {
+			w.Header().Set("Content-Type", "text/event-stream")
+		}
 		body, held := strings.CutSuffix(body, hold)
 		_, _ = w.Write([]byte(body))
 		w.(http.Flusher).Flush()
@@ -233,6 +237,32 @@ func TestUsageDetails(t *testing.T) {
 			want := &llmretry.Usage{InputTokens: 10, OutputTokens: 2, CachedInputTokens: 7, ReasoningTokens: 1}
 			if diff := cmp.Diff(want, attempts[0].Usage); diff != "" {
 				t.Errorf("record's usage (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A plain answer whose body is not JSON, as a proxy's error page or a
+// mangled body is, is transient: the next try is likely to read whole.
+func TestGarbledBodyRetried(t *testing.T) {
+	t.Parallel()
+	whole := map[mode]string{
+		plain: `{"id":"c1","object":"chat.completion","created":1,"model":"gpt-a","choices":[{"index":0,"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}]}`,
+		respPlain: `{"id":"r1","object":"response","model":"gpt-a","status":"completed",` +
+			`"output":[{"type":"message","id":"m1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello","annotations":[]}]}]}`,
+	}
+	for _, m := range []mode{plain, respPlain} {
+		t.Run(m.String(), func(t *testing.T) {
+			t.Parallel()
+			client, requests := rawServer(t, `{"id": garbled}`, whole[m])
+			a := backend(m, client, "gpt-a", &deltas{})
+			a.Retry = waits(1)
+			answer, attempts, err := run(t, a)
+			if err != nil || answer.Text != "Hello" || requests() != 2 {
+				t.Fatalf("Do() = %q, %v after %d requests; want the retry's answer after 2", answer.Text, err, requests())
+			}
+			if k := attempts[0].Kind; k != llmretry.KindTransient {
+				t.Errorf("record 1 kind = %v, want transient", k)
 			}
 		})
 	}
