@@ -27,9 +27,13 @@ import (
 // Every Call sends exactly one HTTP request, whatever retries the client
 // was built with, and reports failures as [Failure] does. A completion cut
 // off at its token budget (finish_reason "length") fails with
-// [llmretry.Truncation] and the partial text; one with neither text nor a
+// [llmretry.Truncation] and the partial text; one stopped by the
+// provider's content filter (finish_reason "content_filter") with
+// [llmretry.Refusal] and the partial text; one with neither text nor a
 // tool call fails with [llmretry.ParseFailure]; one without a finish
-// reason is a transient failure, as a cut stream is. The answer is the
+// reason is a transient failure, as a cut stream is. The answer's usage
+// is reported with [llmretry.ReportUsage]; a failed answer carries it as
+// its Failure's Usage. The answer is the
 // first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
 // nil.
 func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
@@ -311,8 +315,11 @@ func legacyFunctionCall(m *openai.ChatCompletionMessage) bool {
 // code and message, and the request id from the x-request-id header,
 // passed through [llmretry.Redact] since providers quote keys back. A
 // 429 with code insufficient_quota is [llmretry.KindRejected]: no retry
-// can help until someone pays. An error event read from a stream is
-// mapped as [ChatStream] describes. errors.As still finds the
+// can help until someone pays. A code of content_policy_violation, or
+// content_filter (Azure OpenAI's 400 for a prompt its filter blocked), is
+// [llmretry.KindRefused]: the content is refused, and another backend's
+// filter may be weaker. An error event read from a stream is mapped as
+// [ChatStream] describes. errors.As still finds the
 // *openai.Error beneath.
 //
 // Any other error, a transport error or a *llmretry.Failure among them, is
