@@ -20,6 +20,9 @@ import (
 // server that never sends its last bytes does; hold itself is not sent.
 const hold = "\x00hold"
 
+// cutOff ends a rawServer body whose connection is cut once it is sent.
+const cutOff = "\x00cut"
+
 // rawServer answers the n-th request (from 0) with bodies[n] as an event
 // stream (as JSON when it starts with "{"), the last body again once they run out. It returns a client for
 // it and a count of the requests it got. It serves what llmretrytest's
@@ -42,10 +45,14 @@ func rawServer(t *testing.T, bodies ...string) (openai.Client, func() int) {
 			w.Header().Set("Content-Type", "text/event-stream")
 		}
 		body, held := strings.CutSuffix(body, hold)
+		body, cut := strings.CutSuffix(body, cutOff)
 		_, _ = w.Write([]byte(body))
 		w.(http.Flusher).Flush()
 		if held {
 			<-r.Context().Done()
+		}
+		if cut {
+			panic(http.ErrAbortHandler) // the connection is cut mid-body
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -263,6 +270,31 @@ func TestGarbledBodyRetried(t *testing.T) {
 			}
 			if k := attempts[0].Kind; k != llmretry.KindTransient {
 				t.Errorf("record 1 kind = %v, want transient", k)
+			}
+		})
+	}
+}
+
+// A stream cut after it reported usage, as providers that count every
+// chunk do, keeps that usage in its record: the provider bills it.
+func TestCutStreamKeepsUsage(t *testing.T) {
+	t.Parallel()
+	counted := chunk(`{"content":"Hello"}`, "")
+	counted = strings.Replace(counted, `}]}`, `}],"usage":{"prompt_tokens":10,"completion_tokens":1,"total_tokens":11}}`, 1)
+	for _, held := range []bool{false, true} {
+		t.Run(fmt.Sprintf("nil_emit_%v", held), func(t *testing.T) {
+			t.Parallel()
+			client, _ := rawServer(t, chatRole+counted+cutOff)
+			a := backend(stream, client, "gpt-a", &deltas{})
+			if held {
+				a = buffered(stream, client, "gpt-a")
+			}
+			_, attempts, err := run(t, a)
+			if err == nil || len(attempts) != 1 {
+				t.Fatalf("Do() = %v with %d records, want the cut stream's failure", err, len(attempts))
+			}
+			if diff := cmp.Diff(&llmretry.Usage{InputTokens: 10, OutputTokens: 1}, attempts[0].Usage); diff != "" {
+				t.Errorf("record's usage (-want +got):\n%s", diff)
 			}
 		})
 	}
