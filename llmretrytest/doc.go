@@ -45,6 +45,14 @@
 // says 1 output token, as Anthropic's does, until message_delta gives the
 // count).
 //
+// POST /v1/responses speaks OpenAI's Responses API, at the same base URL
+// and with the same errors and headers as Chat Completions, logged with
+// API "openai-responses": an answer is a response object whose status
+// says how it ended, and a stream runs from response.created through one
+// response.output_text.delta per word to response.completed,
+// response.incomplete or response.failed, with no [DONE]. The same steps
+// script it; [Failed] plays the failed response only it has.
+//
 // A body that is not JSON, or names no model, gets a 400 in the
 // provider's shape, one over 10 MiB a 413; both are logged with Model "".
 //
