@@ -24,8 +24,9 @@ import (
 // and reports failures as [Failure] does. The response's status decides
 // the rest. "completed" is the answer, its Text the response's output
 // text, its StopReason "completed" and its Raw the *responses.Response;
-// one with neither text nor a function call fails with
-// [llmretry.ParseFailure]. "incomplete" fails: for incomplete_details
+// one with neither text nor a call of a tool of the caller's (a
+// function, custom tool, computer, shell or patch call, or an MCP
+// approval request) fails with [llmretry.ParseFailure]. "incomplete" fails: for incomplete_details
 // reason "max_output_tokens" with [llmretry.Truncation] and the partial
 // text, for "content_filter" with [llmretry.Refusal], and for any other
 // reason as a transient failure. "failed" fails as the response's error
@@ -210,11 +211,15 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 	}, nil
 }
 
-// hasFunctionCall reports whether the response calls a tool, which is an
-// answer as text is.
+// hasFunctionCall reports whether the response asks the caller to make a
+// tool call, which is an answer as text is. The tools OpenAI runs itself
+// (web search, file search, code interpreter) are not: their results
+// come back as text, and a response with nothing but them has answered
+// nothing.
 func hasFunctionCall(r *responses.Response) bool {
 	for _, item := range r.Output {
-		if strings.HasSuffix(item.Type, "_call") {
+		switch item.Type {
+		case "function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call", "mcp_approval_request":
 			return true
 		}
 	}

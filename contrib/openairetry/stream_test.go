@@ -299,3 +299,43 @@ func TestCutStreamKeepsUsage(t *testing.T) {
 		})
 	}
 }
+
+// A response whose only output is a call of the caller's function is an
+// answer; one whose only output is a tool OpenAI ran itself has answered
+// nothing, and is tried again.
+func TestResponsesFunctionCall(t *testing.T) {
+	t.Parallel()
+	response := func(item string) string {
+		return `{"id":"r1","object":"response","model":"gpt-a","status":"completed","output":[` + item + `],` +
+			`"usage":{"input_tokens":10,"output_tokens":5,"total_tokens":15}}`
+	}
+	call := response(`{"type":"function_call","id":"fc1","call_id":"call_1","name":"weather","arguments":"{}","status":"completed"}`)
+	search := response(`{"type":"web_search_call","id":"ws1","status":"completed"}`)
+	tests := []struct {
+		name   string
+		bodies []string
+		kinds  []llmretry.Kind
+	}{
+		{"function_call", []string{call}, []llmretry.Kind{llmretry.KindUnknown}},
+		{"web_search_only", []string{search, call}, []llmretry.Kind{llmretry.KindParse, llmretry.KindUnknown}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			client, _ := rawServer(t, tc.bodies...)
+			a := backend(respPlain, client, "gpt-a", &deltas{})
+			a.Retry = waits(1)
+			answer, attempts, err := run(t, a)
+			if err != nil || answer.Text != "" {
+				t.Fatalf("Do() = %q, %v; want the function call's answer", answer.Text, err)
+			}
+			var kinds []llmretry.Kind
+			for _, a := range attempts {
+				kinds = append(kinds, a.Kind)
+			}
+			if diff := cmp.Diff(tc.kinds, kinds); diff != "" {
+				t.Errorf("records' kinds (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
