@@ -26,10 +26,10 @@ import (
 // text, its StopReason "completed" and its Raw the *responses.Response;
 // one with neither text nor a call of a tool of the caller's (a
 // function, custom tool, computer, shell or patch call, or an MCP
-// approval request) fails with [llmretry.ParseFailure]. "incomplete" fails: for incomplete_details
-// reason "max_output_tokens" with [llmretry.Truncation] and the partial
-// text, for "content_filter" with [llmretry.Refusal], and for any other
-// reason as a transient failure. "failed" fails as the response's error
+// approval request) fails with [llmretry.ParseFailure]. "incomplete"
+// fails: for incomplete_details reason "max_output_tokens" with
+// [llmretry.Truncation] and the partial text, for "content_filter" with
+// [llmretry.Refusal], and for any other reason as a transient failure. "failed" fails as the response's error
 // code says: server_error and vector_store_timeout are transient (status
 // 500), rate_limit_exceeded transient (429), a code that names a policy
 // (bio_policy, image_content_policy_violation, ...) or content_filter
