@@ -174,6 +174,11 @@ func TestStreamWithoutMessageStop(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Do() = %v, want the answer", err)
 				}
+				// Raw is finished as message_stop would have finished it:
+				// its JSON holds the streamed text.
+				if msg, ok := answer.Raw.(*anthropic.Message); !ok || !strings.Contains(msg.RawJSON(), `"text":"Hello"`) {
+					t.Errorf("Completion.Raw = %#v, want an *anthropic.Message whose JSON holds the text", answer.Raw)
+				}
 				answer.Raw = nil
 				want := llmretry.Completion{Model: "claude-a", Text: "Hello", StopReason: "end_turn", InputTokens: 10, OutputTokens: 1}
 				if diff := cmp.Diff(want, answer); diff != "" {
