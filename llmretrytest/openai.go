@@ -231,6 +231,7 @@ func openAIStream(x *exchange, st Step) bool {
 		if !x.event("", usage) {
 			return false
 		}
+		x.reportUsage(answerUsage(st))
 	}
 	return x.event("", []byte("[DONE]"))
 }

@@ -22,7 +22,8 @@ import (
 // Chat Completions: input_tokens 10, one output token per text chunk,
 // with input_tokens_details.cached_tokens and
 // output_tokens_details.reasoning_tokens as [Step.WithUsageDetails] sets
-// them.
+// them; a stream tells it only in its last event, and the log records it
+// once that is sent.
 var responsesAPI = endpoint{
 	name:      "openai-responses",
 	requestID: "X-Request-Id",
@@ -145,7 +146,10 @@ func responsesObj(x *exchange, st Step, status string, chunks []string) *respons
 			Content: []responsesContent{{Type: "output_text", Annotations: []string{}, Text: text}},
 		})
 	}
-	if status != "in_progress" {
+	if status != "in_progress" || st.kind == kindStreamUnfinished {
+		// A JSON answer that never finished still reports what it
+		// cost, as the Chat endpoint's does; a stream's opening
+		// response reports nothing yet.
 		obj.Usage = newResponsesUsage(st, len(chunks))
 	}
 	return obj
@@ -155,9 +159,6 @@ func responsesJSON(x *exchange, st Step) []byte {
 	status, incomplete, failure := responsesEnd(st)
 	obj := responsesObj(x, st, status, st.textChunks())
 	obj.IncompleteDetails, obj.Error = incomplete, failure
-	if st.kind == kindStreamUnfinished {
-		obj.Usage = nil
-	}
 	return mustJSON(obj)
 }
 
@@ -206,5 +207,9 @@ func responsesStream(x *exchange, st Step) bool {
 	case "failed":
 		name = "response.failed"
 	}
-	return send(responsesEvent{Type: name, Response: obj})
+	if !send(responsesEvent{Type: name, Response: obj}) {
+		return false
+	}
+	x.reportUsage(answerUsage(st))
+	return true
 }

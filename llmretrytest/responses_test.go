@@ -58,7 +58,7 @@ func TestResponsesJSON(t *testing.T) {
 		{"failed", Failed("server_error"), rsObject("failed",
 			`"error":{"code":"server_error","message":"The model failed to generate a response: server_error."},"incomplete_details":null,`,
 			`[]`, rsUsage(0, 0, 0))},
-		{"unfinished", StreamUnfinished(1), rsObject("in_progress", rsNoEnd, rsMessage("incomplete", "chunk1 "), "null")},
+		{"unfinished", StreamUnfinished(1), rsObject("in_progress", rsNoEnd, rsMessage("incomplete", "chunk1 "), rsUsage(1, 0, 0))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

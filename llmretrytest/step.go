@@ -41,17 +41,18 @@ const (
 // never alter the receiver, so one Step may be used in many scripts and by
 // many goroutines. The zero Step is Answer("").
 type Step struct {
-	kind    stepKind
-	text    string // Answer, Truncated, Refuse
-	status  int    // Status
-	chunks  int    // StreamDrop, StreamUnfinished, StreamStall
-	errType string // StreamError; for Status, the bucket that refused a request (Limit)
-	size    int64  // HugeBody
 	// cached and reasoning are the usage details WithUsageDetails sets.
 	cached, reasoning int64
-	headers           [][2]string // WithHeader, in the order given
-	after             time.Duration
-	every             time.Duration
+
+	kind    stepKind
+	text    string      // Answer, Truncated, Refuse
+	status  int         // Status
+	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
+	errType string      // StreamError; for Status, the bucket that refused a request (Limit)
+	size    int64       // HugeBody
+	headers [][2]string // WithHeader, in the order given
+	after   time.Duration
+	every   time.Duration
 }
 
 // String names the step as the server's log records it in [Request].Step:

@@ -202,7 +202,8 @@ type row struct {
 // joinLog checks the chain's records against the logs of the servers,
 // request for request: every attempt that reached a server sent exactly
 // one request, for its model and in its mode, while the attempt ran, and
-// every logged request belongs to an attempt. An attempt refused at
+// reports the usage the server told it; and every logged request belongs
+// to an attempt. An attempt refused at
 // connect (the server was down) reached none. It returns the attempts
 // joined with their requests, for the test to compare.
 func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmretrytest.Server) []row {
@@ -239,6 +240,15 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 		if req.Time.Before(a.Start) || req.Time.After(a.Start.Add(a.Elapsed)) {
 			t.Errorf("attempt %d (%v): request logged at %v, outside the attempt's %v + %v",
 				i, a, req.Time, a.Start, a.Elapsed)
+		}
+		// What the attempt says it cost is what the server told it.
+		var told *llmretry.Usage
+		if req.Usage != nil {
+			u := llmretry.Usage(*req.Usage)
+			told = &u
+		}
+		if diff := cmp.Diff(told, a.Usage); diff != "" {
+			t.Errorf("attempt %d (%v): usage differs from the server's log (-log +record):\n%s", i, a, diff)
 		}
 		r.Step = req.Step
 		rows = append(rows, r)
