@@ -172,3 +172,31 @@ func TestResponsesErrorsAndLimits(t *testing.T) {
 		t.Errorf("logged step = %q, want %q", step, "status 400 content_filter")
 	}
 }
+
+// The log records the usage a Responses answer told its client: a JSON
+// answer's, a stream's once its last event is sent, and none for a
+// stream cut before it.
+func TestResponsesLogUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		step   Step
+		stream bool
+		want   *Usage
+	}{
+		{"json", Answer("Hi there").WithUsageDetails(3, 1), false, &Usage{InputTokens: 10, OutputTokens: 2, CachedInputTokens: 3, ReasoningTokens: 1}},
+		{"stream", Truncated("Once upon"), true, &Usage{InputTokens: 10, OutputTokens: 2}},
+		{"stream_cut", StreamDrop(2), true, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newServer(t)
+			s.Script("m", tc.step)
+			_ = send(t.Context(), newClient(t), s, responsesPath, responsesBody("m", tc.stream))
+			if diff := cmp.Diff(tc.want, s.Requests()[0].Usage); diff != "" {
+				t.Errorf("logged usage (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
