@@ -96,6 +96,10 @@ var (
 	respGarbled = event("response.output_text.delta", `{"type":"response.output_text.delta","sequence_number":2,"delta":"wor`)
 )
 
+// nullUsage is a chat chunk as OpenAI sends it with include_usage set:
+// with "usage": null until the last.
+func nullUsage(chunk string) string { return strings.Replace(chunk, `}]}`, `}],"usage":null}`, 1) }
+
 // An event that does not decode in the middle of a stream is a transient
 // failure: a held answer is sent again, a delivered one ends the chain
 // with an error that says what happened.
@@ -164,6 +168,8 @@ func TestFinishedStreamAnswersAtOnce(t *testing.T) {
 	}{
 		{"chat", stream, chatRole + chatHello + chatFinish + chatUsage + hold, &llmretry.Usage{InputTokens: 10, OutputTokens: 1}},
 		{"chat_no_usage", stream, chatRole + chatHello + chatFinish + hold, nil},
+		// OpenAI sends "usage": null in every chunk before the last.
+		{"chat_usage_null", stream, nullUsage(chatRole) + nullUsage(chatHello) + nullUsage(chatFinish) + chatUsage + hold, &llmretry.Usage{InputTokens: 10, OutputTokens: 1}},
 		{"responses", respStream, respCreated + respHello + respDone + hold, &llmretry.Usage{InputTokens: 10, OutputTokens: 1}},
 	}
 	for _, tc := range tests {
