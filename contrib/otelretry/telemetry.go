@@ -18,17 +18,17 @@ import (
 
 // Our own attribute keys. The rest are the conventions' (semconv).
 const (
-	keyBackend    = attribute.Key("llmretry.backend")    // the backend's 0-based place in the chain
-	keyTry        = attribute.Key("llmretry.try")        // Attempt.Try
-	keyKind       = attribute.Key("llmretry.kind")       // Attempt.Kind's name, for a failure
-	keyNext       = attribute.Key("llmretry.next")       // Attempt.Next
-	keyWhy        = attribute.Key("llmretry.why")        // Attempt.Why
-	keyRetryIn    = attribute.Key("llmretry.retry_in")   // Attempt.RetryIn, in seconds, when Next is retry
+	keyBackend    = attribute.Key("llmretry.backend")     // the backend's 0-based place in the chain
+	keyTry        = attribute.Key("llmretry.try")         // Attempt.Try
+	keyKind       = attribute.Key("llmretry.kind")        // Attempt.Kind's name, for a failure
+	keyNext       = attribute.Key("llmretry.next")        // Attempt.Next
+	keyWhy        = attribute.Key("llmretry.why")         // Attempt.Why
+	keyRetryIn    = attribute.Key("llmretry.retry_in")    // Attempt.RetryIn, in seconds, when Next is retry
 	keyRetryAfter = attribute.Key("llmretry.retry_after") // the server's hint, in seconds, when it gave one
-	keyDelivered  = attribute.Key("llmretry.delivered")  // Attempt.Delivered
-	keySkipped    = attribute.Key("llmretry.skipped")    // Attempt.Skipped, only when true
-	keyFailed     = attribute.Key("llmretry.failed")     // on token usage: the attempt failed, yet was billed
-	keyRawText    = attribute.Key("llmretry.raw_text")   // a failed attempt's output, only with RecordContent
+	keyDelivered  = attribute.Key("llmretry.delivered")   // Attempt.Delivered
+	keySkipped    = attribute.Key("llmretry.skipped")     // Attempt.Skipped, only when true
+	keyFailed     = attribute.Key("llmretry.failed")      // on token usage: the attempt failed, yet was billed
+	keyRawText    = attribute.Key("llmretry.raw_text")    // a failed attempt's output, only with RecordContent
 )
 
 // The explicit bucket boundaries the conventions advise for the GenAI
