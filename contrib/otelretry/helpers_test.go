@@ -43,6 +43,9 @@ type rig struct {
 	// beforeSend, when set, runs in the transport beneath otelhttp just
 	// before a request goes out: the HTTP span has started by then.
 	beforeSend func()
+	// refuse, when set, may fail a call of a chat backend before it
+	// sends anything.
+	refuse func() error
 	// backends are the test chain's backends, once a test built them.
 	backends []backend
 }
@@ -87,6 +90,11 @@ func (r *rig) chat(model string) backend {
 	return backend{
 		Model: model,
 		Call: func(ctx context.Context, prompt string) (llmretry.Completion, error) {
+			if r.refuse != nil {
+				if err := r.refuse(); err != nil {
+					return llmretry.Completion{}, err
+				}
+			}
 			cc, err := r.client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
 				Model:    model,
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
