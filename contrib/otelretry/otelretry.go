@@ -117,14 +117,15 @@ type call struct {
 	answer  *llmretry.Attempt // the record of the attempt that answered
 }
 
-// callKey finds the innermost instrumented call in a context. A nested
-// instrumented chain puts its own above its enclosing chain's, and each
-// chain's hooks get its own Do's context, so each finds its own.
-type callKey struct{}
+// callKey finds an instrumentation's innermost call in a context. Each
+// Instrument has its own key, so a chain instrumented twice keeps two
+// calls apart; a chain nested in itself puts its inner call above the
+// outer, and each Do's hooks get its own context, so each finds its own.
+type callKey struct{ t *telemetry }
 
-// callOf returns the call ctx belongs to, or nil.
-func callOf(ctx context.Context) *call {
-	c, _ := ctx.Value(callKey{}).(*call)
+// callOf returns the call of t that ctx belongs to, or nil.
+func (t *telemetry) callOf(ctx context.Context) *call {
+	c, _ := ctx.Value(callKey{t}).(*call)
 	return c
 }
 

@@ -3,6 +3,7 @@ package otelretry_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -250,3 +251,36 @@ const (
 	timedOutLine  = "llmretry: timed out after 1 attempt on 1 backend: raise the backends' Timeout or StallTimeout"
 	timeoutLine   = "context deadline exceeded"
 )
+
+// TestNestedSpanTree checks that an instrumented chain run by a backend
+// of another hangs its call span under the outer attempt's span, and its
+// HTTP span under its own attempt's.
+func TestNestedSpanTree(t *testing.T) {
+	r := newRig(t, nil)
+	r.srv.Script("gpt-4o", llmretrytest.Answer("Paris."))
+	inner := r.instrument(&chain{Backends: []backend{r.chat("gpt-4o")}})
+	outer := r.instrument(&chain{Backends: []backend{{Model: "router", Call: inner.Do}}})
+	if _, err := outer.Do(context.Background(), "q"); err != nil {
+		t.Fatalf("Do() = %v, want nil", err)
+	}
+	names := func(n node) []string {
+		var out []string
+		var walk func(n node, depth int)
+		walk = func(n node, depth int) {
+			out = append(out, strings.Repeat("  ", depth)+n.Name)
+			for _, c := range n.Children {
+				walk(c, depth+1)
+			}
+		}
+		walk(n, 0)
+		return out
+	}
+	var got []string
+	for _, root := range r.tree(t) {
+		got = append(got, names(root)...)
+	}
+	want := []string{"chat router", "  attempt router", "    chat gpt-4o", "      attempt gpt-4o", "        HTTP POST"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("span tree (-want +got):\n%s", diff)
+	}
+}

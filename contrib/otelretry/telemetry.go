@@ -127,7 +127,7 @@ func (t *telemetry) callStart(ctx context.Context) (context.Context, *call, time
 	ctx, span := t.tracer.Start(ctx, t.op+" "+first.model,
 		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.modelAttrs(first)...))
 	c := &call{span: span}
-	return context.WithValue(ctx, callKey{}, c), c, began
+	return context.WithValue(ctx, callKey{t}, c), c, began
 }
 
 // callEnd ends call c, which Do (begun at began) ended with resp and err,
@@ -181,7 +181,7 @@ func (t *telemetry) callEnd(ctx context.Context, c *call, began time.Time, resp 
 // attemptStart starts the span of try number try of backend bi, under the
 // call's span, and returns the context the backend's Call runs under.
 func (t *telemetry) attemptStart(ctx context.Context, bi, try int) context.Context {
-	c := callOf(ctx)
+	c := t.callOf(ctx)
 	if c == nil {
 		return ctx // the chain was copied with our hooks but not our WrapDo
 	}
@@ -202,7 +202,7 @@ func (t *telemetry) attemptStart(ctx context.Context, bi, try int) context.Conte
 func (t *telemetry) attemptEnd(ctx context.Context, a llmretry.Attempt) {
 	b := t.backend(a.Backend)
 	end := a.Start.Add(a.Elapsed)
-	c := callOf(ctx)
+	c := t.callOf(ctx)
 	var span trace.Span
 	switch {
 	case c != nil && c.attempt != nil && !a.Skipped:
