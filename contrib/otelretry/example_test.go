@@ -51,7 +51,7 @@ func ExampleInstrument() {
 			switch kv.Key {
 			case "llmretry.try", "llmretry.next", "llmretry.retry_in", "http.request.resend_count",
 				"gen_ai.response.model", "gen_ai.usage.output_tokens":
-				attrs = append(attrs, string(kv.Key)+"="+kv.Value.Emit())
+				attrs = append(attrs, string(kv.Key)+"="+kv.Value.String())
 			}
 		}
 		slices.Sort(attrs)

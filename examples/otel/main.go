@@ -190,7 +190,7 @@ func shown(attrs []attribute.KeyValue) string {
 			"network.protocol.version", "http.request.method", "url.full":
 			continue
 		}
-		out = append(out, string(kv.Key)+"="+kv.Value.Emit())
+		out = append(out, string(kv.Key)+"="+kv.Value.String())
 	}
 	slices.Sort(out)
 	return strings.Join(out, " ")
