@@ -111,8 +111,8 @@ func TestOnAttemptStartKeepsMark(t *testing.T) {
 				OnAttemptStart: tc.hook,
 			}
 			_, err := c.Do(context.WithValue(context.Background(), hookKey{}, "caller"), "x")
-			ex, ok := errors.AsType[*llmretry.Exhausted](err)
-			if !ok {
+			var ex *llmretry.Exhausted
+			if !errors.As(err, &ex) {
 				t.Fatalf("Do() = %v, want an *Exhausted", err)
 			}
 			if a := ex.Attempts[len(ex.Attempts)-1]; !a.Delivered || a.Why != llmretry.WhyDelivered || len(ex.Attempts) != 1 {
