@@ -24,7 +24,10 @@
 // context a backend's Call runs under carries its attempt's span, so the
 // spans an HTTP client makes there (otelhttp, or an SDK's own middleware)
 // are its children. A retry's wait is an event on the attempt span that
-// decided it, and a gap before the next.
+// decided it, and a gap before the next. An attempt span says what
+// [llmretry.Chain.OnAttempt] heard: when the caller's cancel or deadline
+// cuts a wait short, the attempt before it still says retry, and the call
+// span says how the call ended.
 //
 // # Metrics
 //

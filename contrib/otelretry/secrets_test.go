@@ -10,9 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/contrib/otelretry"
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
@@ -78,5 +80,42 @@ func TestNothingSecretExported(t *testing.T) {
 		if strings.Contains(text, secret) {
 			t.Errorf("exported telemetry holds %q:\n%s", secret, text)
 		}
+	}
+}
+
+// TestRecordContent checks the opt-in: the answer's text on the call span
+// as the conventions' output messages, and a truncated attempt's text on
+// its span; neither without it.
+func TestRecordContent(t *testing.T) {
+	for _, record := range []bool{false, true} {
+		t.Run(fmt.Sprint(record), func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, nil)
+			r.srv.Script("gpt-4o", llmretrytest.Truncated("Paris is"))
+			r.srv.Script("gpt-4o-mini", llmretrytest.Answer("Paris."))
+			c := otelretry.Instrument(&chain{Backends: []backend{r.chat("gpt-4o"), r.chat("gpt-4o-mini")}},
+				otelretry.Config{TracerProvider: r.tp, MeterProvider: r.mp, RecordContent: record})
+			if _, err := c.Do(context.Background(), "q"); err != nil {
+				t.Fatalf("Do() = %v, want nil", err)
+			}
+			got := map[string]string{}
+			for _, s := range r.spans.GetSpans() {
+				for _, kv := range s.Attributes {
+					if kv.Key == "gen_ai.output.messages" || kv.Key == "llmretry.raw_text" {
+						got[s.Name+" "+string(kv.Key)] = kv.Value.AsString()
+					}
+				}
+			}
+			want := map[string]string{}
+			if record {
+				want = map[string]string{
+					"chat gpt-4o gen_ai.output.messages": `[{"role":"assistant","parts":[{"type":"text","content":"Paris."}],"finish_reason":"stop"}]`,
+					"attempt gpt-4o llmretry.raw_text":   "Paris is",
+				}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("content attributes (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
