@@ -25,9 +25,10 @@
 // repeats, so a one-step script plays forever. A model with no script gets
 // a 404 in the provider's shape. Every request the server reads is logged
 // ([Server.Requests]) with its model, API, whether it asked for a stream,
-// when it arrived, its number for that model, the step it played and its
-// header, so a test can compare what its client recorded with what the
-// provider saw, request for request.
+// when it arrived, its number for that model, the step it played, its
+// header and the usage the response told the client, so a test can
+// compare what its client recorded with what the provider saw, request for
+// request, and what the requests cost.
 //
 // # Endpoints
 //

@@ -133,6 +133,8 @@ func openAIFinish(st Step) *string {
 	switch st.kind {
 	case kindTruncated:
 		return nullable("length")
+	case kindRefused:
+		return nullable("content_filter")
 	case kindStreamUnfinished:
 		return nil
 	}
@@ -210,6 +212,7 @@ func openAIStream(x *exchange, st Step) bool {
 		if !x.event("", usage) {
 			return false
 		}
+		x.reportUsage(answerUsage(st))
 	}
 	return x.event("", []byte("[DONE]"))
 }

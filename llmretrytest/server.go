@@ -86,6 +86,15 @@ type Request struct {
 	// keeps credentials as the client sent them (Authorization,
 	// x-api-key): a test that prints it prints its test key.
 	Header http.Header
+	// Usage is the usage the response told the client: a JSON answer's
+	// usage block, once the whole body was written, or a stream's last
+	// usage event written so far. It is nil when the client was told
+	// none: an error status, a connection cut or a stall before the
+	// usage was sent, an OpenAI stream without
+	// stream_options.include_usage, and the hostile bodies ([HugeBody],
+	// [EndlessBody], [Trickle]), whose usage is not logged. A test sums
+	// it to check what its client says the requests cost.
+	Usage *Usage
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -176,6 +185,10 @@ func (s *Server) Requests() []Request {
 	reqs := slices.Clone(s.log)
 	for i := range reqs {
 		reqs[i].Header = reqs[i].Header.Clone() // a map: the copy must not share it
+		if u := reqs[i].Usage; u != nil {
+			c := *u
+			reqs[i].Usage = &c
+		}
 	}
 	return reqs
 }
@@ -236,6 +249,7 @@ type exchange struct {
 	id           string // request id, "req_<model>_<N>"
 	requestID    string // the header that carries id
 	includeUsage bool   // OpenAI stream_options.include_usage
+	logged       int    // the index of req in the server's log, for reportUsage
 }
 
 // incoming is the part of a request body the server reads.
@@ -338,6 +352,7 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h ht
 	}
 	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
+	x.logged = len(s.log)
 	s.log = append(s.log, x.req)
 	s.mu.Unlock()
 	s.traceEvent("arrive", x.req)
@@ -447,7 +462,9 @@ func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
 		x.stall()
 		panic(http.ErrAbortHandler)
 	}
-	_, _ = x.w.Write(body)
+	if _, err := x.w.Write(body); err == nil {
+		x.reportUsage(answerUsage(st))
+	}
 }
 
 // statusForType is the HTTP status a provider's error type stands for, for
