@@ -51,11 +51,11 @@ type Config struct {
 // chain as usual, then instrument it once and keep the copy: each
 // Instrument registers its backends' Breakers with the MeterProvider for
 // the provider's lifetime. The copy's OnAttempt, OnAttemptStart and WrapDo
-// run c's own, if set, inside the instrumentation's. Instrument panics if
-// c is nil.
+// run c's own, if set, inside the instrumentation's. For a nil c it
+// returns nil, whose Do reports the chain as nil, as c's would have.
 func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmretry.Chain[Req, Resp] {
 	if c == nil {
-		panic("otelretry: Instrument with a nil chain")
+		return nil
 	}
 	backends := make([]backendInfo, len(c.Backends))
 	for i := range c.Backends {
