@@ -48,6 +48,7 @@ type Step struct {
 	headers [][2]string // WithHeader, in the order given
 	after   time.Duration
 	every   time.Duration
+	delay   time.Duration // RetryDelay
 }
 
 // String names the step as the server's log records it in [Request].Step:
@@ -57,6 +58,7 @@ type Step struct {
 //	Refuse(text)             "refused"
 //	Status(503)              "status 503"
 //	InsufficientQuota()      "status 429 insufficient_quota"
+//	RetryDelay(time.Second)  "status 429 retry_delay"
 //	ContextLengthExceeded()  "status 400 context_length_exceeded"
 //	StreamError("api_error") "stream error api_error"
 //	StreamDrop(2)            "stream drop 2"
