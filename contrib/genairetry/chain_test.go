@@ -306,7 +306,7 @@ func TestRetryAfterHonoured(t *testing.T) {
 		// A header only the Transport shows the Backend.
 		{"header", llmretrytest.Status(429).WithHeader("Retry-After", "1"), genairetry.Transport(nil), time.Second},
 		// Both: the longer wins, so no request is early by either.
-		{"both", llmretrytest.RetryDelay(300 * time.Millisecond).WithHeader("Retry-After", "1"), genairetry.Transport(nil), time.Second},
+		{"both", llmretrytest.RetryDelay(300*time.Millisecond).WithHeader("Retry-After", "1"), genairetry.Transport(nil), time.Second},
 	}
 	for _, tc := range tests {
 		for _, m := range modes {
