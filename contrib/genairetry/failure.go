@@ -2,6 +2,7 @@ package genairetry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -37,8 +38,9 @@ import (
 // no retry within the call can help, and the chain goes on to the next
 // backend at once. Its cause says so, and is a [*DailyQuota].
 //
-// An error the SDK raises for a response it could not decode is a
-// transient failure: another try may read a whole one. Any other error
+// An error the SDK raises for a response body or a stream event it could
+// not decode is a transient failure: another try may read a whole one.
+// Any other error
 // (a refused connection, a timeout, a context error, an error already
 // mapped) is returned unchanged: [llmretry.Classify] knows those.
 func Failure(err error) error {
@@ -83,10 +85,7 @@ func mapAPIError(err error, header http.Header) error {
 	}
 	apiErr, ok := asAPIError(err)
 	if !ok {
-		if llmretry.Classify(err) == llmretry.KindUnknown {
-			// The SDK reports a body or an event it could not decode
-			// with errors of no type of their own; whatever is not a
-			// transport or context error here is one of those.
+		if undecodable(err) {
 			return &llmretry.Failure{Kind: llmretry.KindTransient, Err: &malformed{err: err}}
 		}
 		return err
@@ -111,6 +110,18 @@ func mapAPIError(err error, header http.Header) error {
 		f.Kind = llmretry.KindRejected
 	}
 	return f
+}
+
+// undecodable reports whether err is the SDK's report of a response body
+// or a stream event it could not decode: a JSON decoding error it
+// wrapped, or the untyped error it gives a stream line that is neither
+// data nor an error object. Its other errors, such as a request it could
+// not build, are not, and are left to [llmretry.Classify].
+func undecodable(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.As(err, &syntax) || errors.As(err, &typ) ||
+		strings.HasPrefix(err.Error(), "iterateResponseStream: invalid stream chunk")
 }
 
 // asAPIError finds the SDK's error, which it returns as a value.

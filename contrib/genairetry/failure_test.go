@@ -108,6 +108,9 @@ func TestFailureAPIErrors(t *testing.T) {
 func TestFailureOtherErrors(t *testing.T) {
 	t.Parallel()
 	already := &llmretry.Failure{Kind: llmretry.KindParse}
+	// An error of the SDK's that is no response's: not taken for an
+	// undecodable one, so it is not retried as if it were.
+	notSent := errors.New("createAPIURL: error parsing base URL: bad")
 	tests := []struct {
 		name string
 		err  error
@@ -119,8 +122,10 @@ func TestFailureOtherErrors(t *testing.T) {
 		{"cut", io.ErrUnexpectedEOF, io.ErrUnexpectedEOF, llmretry.KindTransient},
 		{"deadline", context.DeadlineExceeded, context.DeadlineExceeded, llmretry.KindTimeout},
 		{"already_mapped", already, already, llmretry.KindParse},
+		{"not_sent", notSent, notSent, llmretry.KindUnknown},
 		// What the SDK returns for a body or event it could not decode.
-		{"undecodable", fmt.Errorf("iterateResponseStream: invalid stream chunk: data:{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hel"), nil, llmretry.KindTransient},
+		{"undecodable_line", fmt.Errorf("iterateResponseStream: invalid stream chunk: event:{\"candidates\":[{\"content\":{\"parts\":[{\"text\":\"Hel"), nil, llmretry.KindTransient},
+		{"undecodable_json", fmt.Errorf("deserializeUnaryResponse: error unmarshalling response: %w", json.Unmarshal([]byte(`{"candidates":[`), new(any))), nil, llmretry.KindTransient},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

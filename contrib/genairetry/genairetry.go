@@ -32,8 +32,8 @@ import (
 //
 // The caller sets Retry and Timeout on the returned Backend. StallTimeout
 // bounds the whole request here, since nothing reaches the caller before
-// the answer is complete; prefer Timeout. GenerateContent panics if build
-// is nil or model is empty. The Backend is safe for concurrent use as
+// the answer is complete; prefer Timeout. GenerateContent panics if
+// client or build is nil or model is empty. The Backend is safe for concurrent use as
 // long as build is.
 func GenerateContent[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContent", client, model, build)
@@ -83,7 +83,7 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 //
 // The caller sets Retry, StallTimeout and, as an upper bound on a whole
 // answer, Timeout on the returned Backend. GenerateContentStream panics
-// if build is nil or model is empty. The Backend is safe for concurrent
+// if client or build is nil or model is empty. The Backend is safe for concurrent
 // use as long as build and emit are.
 func GenerateContentStream[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig), emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContentStream", client, model, build)
@@ -130,7 +130,7 @@ func GenerateContentStream[Req any](client *genai.Client, model string, build fu
 					text.WriteString(delta)
 					llmretry.Progress(ctx)
 				}
-				if blocked(chunk) || cand != nil && cand.FinishReason != "" {
+				if blocked(chunk) || finished(cand) {
 					// The end of the answer: Gemini sends nothing after
 					// it that the answer needs.
 					return complete(merged(last, parts), model, text.String(), usage)
@@ -328,6 +328,12 @@ var refusals = map[genai.FinishReason]bool{
 	genai.FinishReasonImageProhibitedContent: true,
 }
 
+// finished reports whether the candidate carries a finish reason: the
+// model is done with it. An unspecified one is none.
+func finished(c *genai.Candidate) bool {
+	return c != nil && c.FinishReason != "" && c.FinishReason != genai.FinishReasonUnspecified
+}
+
 // blocked reports whether Gemini refused the prompt itself.
 func blocked(resp *genai.GenerateContentResponse) bool {
 	return resp.PromptFeedback != nil && resp.PromptFeedback.BlockReason != ""
@@ -347,7 +353,7 @@ func complete(resp *genai.GenerateContentResponse, model, text string, u *llmret
 		finish = cand.FinishReason
 	}
 	switch {
-	case finish == "":
+	case !finished(cand):
 		// Every finished answer has a finishReason; only one still being
 		// generated lacks it, so this one was cut short.
 		return llmretry.Completion{}, unfinished("genairetry: answer has no finishReason", text, u)
