@@ -165,12 +165,15 @@ func Status(code int) Step {
 
 // InsufficientQuota is OpenAI's 429 for an account out of credit: type and
 // code "insufficient_quota", which no wait cures. Anthropic has no such
-// answer and gets a plain 429 rate_limit_error.
+// answer and gets a plain 429 rate_limit_error. Gemini's is its spent
+// daily quota: a 429 RESOURCE_EXHAUSTED whose QuotaFailure names a quota
+// per day, with a RetryInfo of 43s all the same.
 func InsufficientQuota() Step { return Step{kind: kindInsufficientQuota} }
 
 // ContextLengthExceeded is a 400 for a prompt longer than the model's
 // context window: OpenAI's code "context_length_exceeded" (param
-// "messages"), Anthropic's invalid_request_error "prompt is too long".
+// "messages"), Anthropic's invalid_request_error "prompt is too long",
+// Gemini's INVALID_ARGUMENT "The input token count ... exceeds".
 func ContextLengthExceeded() Step { return Step{kind: kindContextLength} }
 
 // StreamError is a 200 stream that opens (OpenAI's role chunk, Anthropic's
@@ -183,7 +186,10 @@ func ContextLengthExceeded() Step { return Step{kind: kindContextLength} }
 // 429 for rate_limit_error, insufficient_quota and requests, 400 for
 // invalid_request_error, 401 for authentication_error, 403 for
 // permission_error, 404 for not_found_error, 413 for request_too_large,
-// and 500 for anything else.
+// and 500 for anything else. For Gemini, errType is a Google status name:
+// its stream sends data: {"error":{"code","message","status":errType}} as
+// its first event, and the HTTP error is 503 for UNAVAILABLE, 429 for
+// RESOURCE_EXHAUSTED, 400 for INVALID_ARGUMENT and FAILED_PRECONDITION.
 func StreamError(errType string) Step { return Step{kind: kindStreamError, errType: errType} }
 
 // StreamDrop is a 200 stream that sends chunks text chunks and then cuts
