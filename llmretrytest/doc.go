@@ -1,11 +1,10 @@
 // Package llmretrytest provides a scripted LLM provider for tests, in the
 // spirit of net/http/httptest: a real HTTP server on 127.0.0.1 that speaks
-// enough of OpenAI Chat Completions, Anthropic Messages and the Gemini
-// API, JSON and streaming, for the official Go SDKs (openai-go,
-// anthropic-sdk-go, google.golang.org/genai) and
-// plain net/http clients to work against it unmodified. Import it in your
-// own tests to see how your code, and a [github.com/llmretry/llmretry]
-// Chain around it, behaves when a provider fails: rate limits with
+// enough of OpenAI Chat Completions and Responses, Anthropic Messages and
+// the Gemini API, JSON and streaming, for the official Go SDKs (openai-go,
+// anthropic-sdk-go, google.golang.org/genai) and plain net/http clients
+// to work against it unmodified. Import it in your own tests to see how
+// your code, and a [github.com/llmretry/llmretry] Chain around it, behaves when a provider fails: rate limits with
 // retry-after, 5xx, overloads inside a 200 stream, truncated answers,
 // streams that drop, stall or end without finishing, outages where
 // connections are refused, and hostile servers that send too much, too
@@ -26,9 +25,10 @@
 // repeats, so a one-step script plays forever. A model with no script gets
 // a 404 in the provider's shape. Every request the server reads is logged
 // ([Server.Requests]) with its model, API, whether it asked for a stream,
-// when it arrived, its number for that model, the step it played and its
-// header, so a test can compare what its client recorded with what the
-// provider saw, request for request.
+// when it arrived, its number for that model, the step it played, its
+// header and the usage the response told the client, so a test can
+// compare what its client recorded with what the provider saw, request for
+// request, and what the requests cost.
 //
 // # Endpoints
 //
@@ -45,6 +45,14 @@
 // input tokens and one output token per word (Anthropic's message_start
 // says 1 output token, as Anthropic's does, until message_delta gives the
 // count).
+//
+// POST /v1/responses speaks OpenAI's Responses API, at the same base URL
+// and with the same errors and headers as Chat Completions, logged with
+// API "openai-responses": an answer is a response object whose status
+// says how it ended, and a stream runs from response.created through one
+// response.output_text.delta per word to response.completed,
+// response.incomplete or response.failed, with no [DONE]. The same steps
+// script it; [Failed] plays the failed response only it has.
 //
 // POST /v1beta/models/{model}:generateContent speaks the Gemini API
 // ([Server.GeminiBaseURL], for google.golang.org/genai), with the model

@@ -219,13 +219,24 @@ type geminiPart struct {
 }
 
 type geminiUsage struct {
-	PromptTokenCount     int `json:"promptTokenCount"`
-	CandidatesTokenCount int `json:"candidatesTokenCount,omitempty"`
-	TotalTokenCount      int `json:"totalTokenCount"`
+	PromptTokenCount        int64 `json:"promptTokenCount"`
+	CachedContentTokenCount int64 `json:"cachedContentTokenCount,omitempty"`
+	CandidatesTokenCount    int64 `json:"candidatesTokenCount,omitempty"`
+	ThoughtsTokenCount      int64 `json:"thoughtsTokenCount,omitempty"`
+	TotalTokenCount         int64 `json:"totalTokenCount"`
 }
 
-func newGeminiUsage(chunks int) *geminiUsage {
-	return &geminiUsage{PromptTokenCount: inputTokens, CandidatesTokenCount: chunks, TotalTokenCount: inputTokens + chunks}
+// newGeminiUsage writes u as Gemini counts it: promptTokenCount with the
+// cached tokens among its own, and the output split into
+// candidatesTokenCount and thoughtsTokenCount, which Gemini counts apart.
+func newGeminiUsage(u Usage) *geminiUsage {
+	return &geminiUsage{
+		PromptTokenCount:        u.InputTokens,
+		CachedContentTokenCount: u.CachedInputTokens,
+		CandidatesTokenCount:    max(u.OutputTokens-u.ReasoningTokens, 0),
+		ThoughtsTokenCount:      u.ReasoningTokens,
+		TotalTokenCount:         u.InputTokens + max(u.OutputTokens, u.ReasoningTokens),
+	}
 }
 
 func geminiID(x *exchange) string {
@@ -248,22 +259,21 @@ func geminiFinish(st Step) string {
 
 // geminiChunk is one response: the candidate's text parts and finish
 // reason, and the usage so far, as Gemini counts it in every chunk.
-func geminiChunk(x *exchange, text string, finish string, outputTokens int) []byte {
+func geminiChunk(x *exchange, text string, finish string, u Usage) []byte {
 	var parts []geminiPart
 	if text != "" {
 		parts = []geminiPart{{Text: text}}
 	}
 	return mustJSON(geminiResponse{
 		Candidates:    []geminiCandidate{{Content: geminiContent{Parts: parts, Role: "model"}, FinishReason: finish}},
-		UsageMetadata: newGeminiUsage(outputTokens),
+		UsageMetadata: newGeminiUsage(u),
 		ModelVersion:  x.req.Model,
 		ResponseID:    geminiID(x),
 	})
 }
 
 func geminiJSON(x *exchange, st Step) []byte {
-	chunks := st.textChunks()
-	return geminiChunk(x, strings.Join(chunks, ""), geminiFinish(st), len(chunks))
+	return geminiChunk(x, strings.Join(st.textChunks(), ""), geminiFinish(st), answerUsage(st))
 }
 
 func geminiStream(x *exchange, st Step) bool {
@@ -279,12 +289,15 @@ func geminiStream(x *exchange, st Step) bool {
 	texts := st.textChunks()
 	finish := geminiFinish(st)
 	for i, text := range texts {
+		// Every chunk counts the usage so far; the cached tokens are
+		// known from the first, the thoughts once the answer is whole.
 		last := ""
+		u := Usage{InputTokens: inputTokens, OutputTokens: int64(i + 1), CachedInputTokens: st.cached}
 		if i == len(texts)-1 && st.kind != kindStreamDrop && st.kind != kindStreamUnfinished && st.kind != kindStreamStall {
 			// Gemini sends the finish reason with the last text.
-			last = finish
+			last, u = finish, answerUsage(st)
 		}
-		if !x.pause(st, i) || !x.event("", geminiChunk(x, text, last, i+1)) {
+		if !x.pause(st, i) || !x.usageEvent(geminiChunk(x, text, last, u), u) {
 			return false
 		}
 	}
@@ -299,7 +312,32 @@ func geminiStream(x *exchange, st Step) bool {
 	}
 	if len(texts) == 0 {
 		// An answer with no text still ends with its finish reason.
-		return x.event("", geminiChunk(x, "", finish, 0))
+		u := answerUsage(st)
+		return x.usageEvent(geminiChunk(x, "", finish, u), u)
 	}
 	return true
+}
+
+// usageEvent writes a data event that tells the client u. Gemini sends
+// nothing after its last chunk, so a client may be done with the
+// exchange as soon as it has read it: the log takes u before the event
+// is written, and gives it back if the write fails.
+func (x *exchange) usageEvent(data []byte, u Usage) bool {
+	x.s.mu.Lock()
+	prev := x.req.Usage
+	x.s.mu.Unlock()
+	x.reportUsage(u)
+	if x.event("", data) {
+		return true
+	}
+	x.s.mu.Lock()
+	x.req.Usage = prev
+	if prev != nil {
+		c := *prev
+		x.s.log[x.logged].Usage = &c
+	} else {
+		x.s.log[x.logged].Usage = nil
+	}
+	x.s.mu.Unlock()
+	return false
 }

@@ -52,6 +52,8 @@ func TestGeminiWire(t *testing.T) {
 			{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"1.5s"}]}}`},
 		{"stream", Answer("Hi there"), true, 200, `{"candidates":[{"content":{"parts":[{"text":"Hi "}],"role":"model"},"index":0}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":1,"totalTokenCount":11},"modelVersion":"m","responseId":"resp_m_1"}
 {"candidates":[{"content":{"parts":[{"text":"there"}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
+		{"details", Answer("Hi there").WithUsageDetails(4, 1), false, 200, `{"candidates":[{"content":{"parts":[{"text":"Hi there"}],"role":"model"},"finishReason":"STOP","index":0}],
+			"usageMetadata":{"promptTokenCount":10,"cachedContentTokenCount":4,"candidatesTokenCount":1,"thoughtsTokenCount":1,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
 		{"stream_error", StreamError("UNAVAILABLE"), true, 200, `{"error":{"code":503,"message":"The service encountered an error: UNAVAILABLE.","status":"UNAVAILABLE"}}`},
 	}
 	for _, tc := range tests {
@@ -87,7 +89,17 @@ func TestGeminiWire(t *testing.T) {
 			}
 			log := s.Requests()
 			if len(log) != 1 || log[0].Model != "m" || log[0].API != "gemini" || log[0].Stream != tc.stream || log[0].Step != tc.step.String() {
-				t.Errorf("Requests() = %+v, want one gemini request for m, stream %v, step %q", log, tc.stream, tc.step.String())
+				t.Fatalf("Requests() = %+v, want one gemini request for m, stream %v, step %q", log, tc.stream, tc.step.String())
+			}
+			// The log holds the usage the body told the client; an error
+			// told none.
+			var wantUsage *Usage
+			if tc.status == http.StatusOK && tc.step.kind != kindStreamError {
+				u := answerUsage(tc.step)
+				wantUsage = &u
+			}
+			if diff := cmp.Diff(wantUsage, log[0].Usage); diff != "" {
+				t.Errorf("logged Usage (-want +got):\n%s", diff)
 			}
 		})
 	}

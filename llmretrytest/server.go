@@ -21,9 +21,11 @@ const maxBody = 10 << 20
 
 // Server is a scripted LLM provider listening on 127.0.0.1: it answers
 // OpenAI Chat Completions at POST /v1/chat/completions, Anthropic
-// Messages at POST /v1/messages and the Gemini API at POST
+// Messages at POST /v1/messages, OpenAI's Responses API at POST
+// /v1/responses and the Gemini API at POST
 // /v1beta/models/{model}:generateContent and :streamGenerateContent, each
-// request with the next [Step] of its model's script. Create one with [NewServer] and end it with
+// request with the next [Step] of its model's script. Create one with
+// [NewServer] and end it with
 // [Server.Close]; the zero Server is not usable. Its methods are safe for
 // concurrent use, also while requests are being served.
 type Server struct {
@@ -68,7 +70,7 @@ type script struct {
 // [Server.Requests] returns it.
 type Request struct {
 	Model  string    // the request body's "model" (Gemini's: the path's); "" when the body could not be decoded
-	API    string    // "openai", "anthropic" or "gemini"
+	API    string    // "openai", "openai-responses", "anthropic" or "gemini"
 	Stream bool      // the request asked for a stream ("stream": true, or Gemini's :streamGenerateContent)
 	Time   time.Time // when the server had read the request and chose its step
 	N      int       // 1-based count of requests for this model, this one included
@@ -87,6 +89,15 @@ type Request struct {
 	// keeps credentials as the client sent them (Authorization,
 	// x-api-key): a test that prints it prints its test key.
 	Header http.Header
+	// Usage is the usage the response told the client: a JSON answer's
+	// usage block, once the whole body was written, or a stream's last
+	// usage event written so far. It is nil when the client was told
+	// none: an error status, a connection cut or a stall before the
+	// usage was sent, an OpenAI stream without
+	// stream_options.include_usage, and the hostile bodies ([HugeBody],
+	// [EndlessBody], [Trickle]), whose usage is not logged. A test sums
+	// it to check what its client says the requests cost.
+	Usage *Usage
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -177,6 +188,10 @@ func (s *Server) Requests() []Request {
 	reqs := slices.Clone(s.log)
 	for i := range reqs {
 		reqs[i].Header = reqs[i].Header.Clone() // a map: the copy must not share it
+		if u := reqs[i].Usage; u != nil {
+			c := *u
+			reqs[i].Usage = &c
+		}
 	}
 	return reqs
 }
@@ -237,6 +252,7 @@ type exchange struct {
 	id           string // request id, "req_<model>_<N>"
 	requestID    string // the header that carries id
 	includeUsage bool   // OpenAI stream_options.include_usage
+	logged       int    // the index of req in the server's log, for reportUsage
 }
 
 // incoming is the part of a request body the server reads.
@@ -261,6 +277,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		ep = &openAI
 	case r.URL.Path == "/v1/messages":
 		ep = &anthropic
+	case r.URL.Path == "/v1/responses":
+		ep = &responsesAPI
 	case isGemini:
 		ep = &gemini
 	default:
@@ -345,6 +363,7 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h ht
 	}
 	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
+	x.logged = len(s.log)
 	s.log = append(s.log, x.req)
 	s.mu.Unlock()
 	s.traceEvent("arrive", x.req)
@@ -402,17 +421,20 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 			panic(http.ErrAbortHandler)
 		}
 		return
-	case kindStatus, kindInsufficientQuota, kindContextLength:
+	case kindStatus, kindInsufficientQuota, kindContextLength, kindContentFilter:
 		status := st.status
 		switch st.kind {
 		case kindInsufficientQuota:
 			status = http.StatusTooManyRequests
-		case kindContextLength:
+		case kindContextLength, kindContentFilter:
 			status = http.StatusBadRequest
 		}
 		errType, code, param, msg := ep.errorFor(status, st, x.req.Model)
 		writeError(x.w, ep, &st, status, errType, code, param, msg, x.id)
 		return
+	}
+	if st.kind == kindFailed && ep != &responsesAPI {
+		st.kind = kindStreamError // only the Responses API has failed answers
 	}
 	if x.req.Stream {
 		if !ep.stream(x, st) {
@@ -454,7 +476,9 @@ func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
 		x.stall()
 		panic(http.ErrAbortHandler)
 	}
-	_, _ = x.w.Write(body)
+	if _, err := x.w.Write(body); err == nil {
+		x.reportUsage(answerUsage(st))
+	}
 }
 
 // statusForType is the HTTP status a provider's error type stands for, for

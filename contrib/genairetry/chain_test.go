@@ -117,12 +117,14 @@ func run(ctx context.Context, backends ...llmretry.Backend[string, llmretry.Comp
 type sent struct {
 	Model  string
 	Status int
+	Usage  *llmretry.Usage // what the response told the client it cost
 }
 
 // matchLog checks that the chain's records and the servers' logs tell the
 // same story, request for request: the same number of requests, in the
 // same order, to the same models, with the statuses the scripted steps
-// stand for, each received while its attempt was under way. Attempts
+// stand for and the usage each response told, each received while its
+// attempt was under way. Attempts
 // that never reached a server (a refused connection) are left out. When
 // err is a chain error, its records must be the failed ones.
 func matchLog(t *testing.T, records []llmretry.Attempt, err error, servers ...*llmretrytest.Server) {
@@ -141,10 +143,14 @@ func matchLog(t *testing.T, records []llmretry.Attempt, err error, servers ...*l
 	}
 	var got, want []sent
 	for _, a := range reached {
-		got = append(got, sent{a.Model, a.Status})
+		got = append(got, sent{a.Model, a.Status, a.Usage})
 	}
 	for _, r := range log {
-		want = append(want, sent{r.Model, statusOf(t, r)})
+		var u *llmretry.Usage
+		if r.Usage != nil {
+			u = new(llmretry.Usage(*r.Usage))
+		}
+		want = append(want, sent{r.Model, statusOf(t, r), u})
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("records and server log differ (-log +records):\n%s", diff)
