@@ -1,10 +1,10 @@
 // Package llmretrytest provides a scripted LLM provider for tests, in the
 // spirit of net/http/httptest: a real HTTP server on 127.0.0.1 that speaks
-// enough of OpenAI Chat Completions and Anthropic Messages, JSON and
-// streaming, for the official Go SDKs (openai-go, anthropic-sdk-go) and
-// plain net/http clients to work against it unmodified. Import it in your
-// own tests to see how your code, and a [github.com/llmretry/llmretry]
-// Chain around it, behaves when a provider fails: rate limits with
+// enough of OpenAI Chat Completions and Responses, Anthropic Messages and
+// the Gemini API, JSON and streaming, for the official Go SDKs (openai-go,
+// anthropic-sdk-go, google.golang.org/genai) and plain net/http clients
+// to work against it unmodified. Import it in your own tests to see how
+// your code, and a [github.com/llmretry/llmretry] Chain around it, behaves when a provider fails: rate limits with
 // retry-after, 5xx, overloads inside a 200 stream, truncated answers,
 // streams that drop, stall or end without finishing, outages where
 // connections are refused, and hostile servers that send too much, too
@@ -53,6 +53,20 @@
 // response.output_text.delta per word to response.completed,
 // response.incomplete or response.failed, with no [DONE]. The same steps
 // script it; [Failed] plays the failed response only it has.
+//
+// POST /v1beta/models/{model}:generateContent speaks the Gemini API
+// ([Server.GeminiBaseURL], for google.golang.org/genai), with the model
+// named by the path, and :streamGenerateContent?alt=sse streams it: one
+// data event per word, each a whole response with the usageMetadata so
+// far, the last one with its finishReason (STOP, MAX_TOKENS for
+// [Truncated], SAFETY for [Refuse]) and no end sentinel. Its errors are
+// Google's, {"error":{"code","message","status","details"}}: a 429 is
+// RESOURCE_EXHAUSTED with a google.rpc.QuotaFailure, per minute, or per
+// day for [InsufficientQuota], and with a google.rpc.RetryInfo for
+// [RetryDelay]; a [StreamError] takes a Google status name such as
+// "UNAVAILABLE" and sends the error as a data event. Responses carry the
+// request id in x-request-id, and no rate-limit headers, as Gemini sends
+// none.
 //
 // A body that is not JSON, or names no model, gets a 400 in the
 // provider's shape, one over 10 MiB a 413; both are logged with Model "".

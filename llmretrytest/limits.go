@@ -205,6 +205,9 @@ func (s *Server) admit(model, api string, st Step, now time.Time) (Step, bool) {
 // rateHeaders are the headers by which api's provider reports bucket
 // ("requests" or "tokens") as m stands at now.
 func rateHeaders(api, bucket string, m *meter, now time.Time) [][2]string {
+	if api == gemini.name {
+		return nil // the Gemini API sends no rate-limit headers
+	}
 	limit := strconv.FormatInt(m.burst, 10)
 	remaining := strconv.FormatInt(m.remaining(now), 10)
 	untilFull := m.untilFull(now)

@@ -20,10 +20,12 @@ import (
 const maxBody = 10 << 20
 
 // Server is a scripted LLM provider listening on 127.0.0.1: it answers
-// OpenAI Chat Completions at POST /v1/chat/completions and Anthropic
-// Messages at POST /v1/messages (and OpenAI's Responses API at POST
-// /v1/responses), each request with the next [Step] of its
-// model's script. Create one with [NewServer] and end it with
+// OpenAI Chat Completions at POST /v1/chat/completions, Anthropic
+// Messages at POST /v1/messages, OpenAI's Responses API at POST
+// /v1/responses and the Gemini API at POST
+// /v1beta/models/{model}:generateContent and :streamGenerateContent, each
+// request with the next [Step] of its model's script. Create one with
+// [NewServer] and end it with
 // [Server.Close]; the zero Server is not usable. Its methods are safe for
 // concurrent use, also while requests are being served.
 type Server struct {
@@ -67,9 +69,9 @@ type script struct {
 // Request is the server's record of one request it received, as
 // [Server.Requests] returns it.
 type Request struct {
-	Model  string    // the request body's "model"; "" when the body could not be decoded
-	API    string    // "openai", "openai-responses" or "anthropic"
-	Stream bool      // the request asked for a stream ("stream": true)
+	Model  string    // the request body's "model" (Gemini's: the path's); "" when the body could not be decoded
+	API    string    // "openai", "openai-responses", "anthropic" or "gemini"
+	Stream bool      // the request asked for a stream ("stream": true, or Gemini's :streamGenerateContent)
 	Time   time.Time // when the server had read the request and chose its step
 	N      int       // 1-based count of requests for this model, this one included
 	// Step is what the server played, as [Step.String] names it; or
@@ -268,13 +270,17 @@ type incoming struct {
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.traceEvent("start", Request{})
 	var ep *endpoint
-	switch r.URL.Path {
-	case "/v1/chat/completions":
+	// Gemini names the model, and whether to stream, in the path.
+	pathModel, pathStream, isGemini := geminiPath(r.URL.Path)
+	switch {
+	case r.URL.Path == "/v1/chat/completions":
 		ep = &openAI
-	case "/v1/messages":
+	case r.URL.Path == "/v1/messages":
 		ep = &anthropic
-	case "/v1/responses":
+	case r.URL.Path == "/v1/responses":
 		ep = &responsesAPI
+	case isGemini:
+		ep = &gemini
 	default:
 		// Neither SDK sends this. It is not logged: the log is of
 		// requests to a model, and this names none.
@@ -299,6 +305,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	case json.Unmarshal(body, &in) != nil:
 		status = http.StatusBadRequest
 		in = incoming{} // a half-decoded body names nothing reliable
+	case isGemini:
+		in.Model, in.Stream = pathModel, pathStream
 	case in.Model == "":
 		status = http.StatusBadRequest
 	}
@@ -480,10 +488,12 @@ func statusForType(errType string) int {
 	switch errType {
 	case "overloaded_error":
 		return 529
-	case "rate_limit_error", "insufficient_quota", "requests", "tokens":
+	case "rate_limit_error", "insufficient_quota", "requests", "tokens", "RESOURCE_EXHAUSTED":
 		return http.StatusTooManyRequests
-	case "invalid_request_error":
+	case "invalid_request_error", "INVALID_ARGUMENT", "FAILED_PRECONDITION":
 		return http.StatusBadRequest
+	case "UNAVAILABLE":
+		return http.StatusServiceUnavailable
 	case "authentication_error":
 		return http.StatusUnauthorized
 	case "permission_error":

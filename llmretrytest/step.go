@@ -53,6 +53,7 @@ type Step struct {
 	headers [][2]string // WithHeader, in the order given
 	after   time.Duration
 	every   time.Duration
+	delay   time.Duration // RetryDelay
 }
 
 // String names the step as the server's log records it in [Request].Step:
@@ -62,6 +63,7 @@ type Step struct {
 //	Refuse(text)             "refused"
 //	Status(503)              "status 503"
 //	InsufficientQuota()      "status 429 insufficient_quota"
+//	RetryDelay(time.Second)  "status 429 retry_delay"
 //	ContextLengthExceeded()  "status 400 context_length_exceeded"
 //	ContentFilter()          "status 400 content_filter"
 //	Failed("server_error")   "failed server_error"
@@ -174,12 +176,15 @@ func Status(code int) Step {
 
 // InsufficientQuota is OpenAI's 429 for an account out of credit: type and
 // code "insufficient_quota", which no wait cures. Anthropic has no such
-// answer and gets a plain 429 rate_limit_error.
+// answer and gets a plain 429 rate_limit_error. Gemini's is its spent
+// daily quota: a 429 RESOURCE_EXHAUSTED whose QuotaFailure names a quota
+// per day, with a RetryInfo of 43s all the same.
 func InsufficientQuota() Step { return Step{kind: kindInsufficientQuota} }
 
 // ContextLengthExceeded is a 400 for a prompt longer than the model's
 // context window: OpenAI's code "context_length_exceeded" (param
-// "messages"), Anthropic's invalid_request_error "prompt is too long".
+// "messages"), Anthropic's invalid_request_error "prompt is too long",
+// Gemini's INVALID_ARGUMENT "The input token count ... exceeds".
 func ContextLengthExceeded() Step { return Step{kind: kindContextLength} }
 
 // ContentFilter is a 400 for a prompt the provider's content filter
@@ -206,7 +211,10 @@ func Failed(code string) Step { return Step{kind: kindFailed, errType: code} }
 // 429 for rate_limit_error, insufficient_quota and requests, 400 for
 // invalid_request_error, 401 for authentication_error, 403 for
 // permission_error, 404 for not_found_error, 413 for request_too_large,
-// and 500 for anything else.
+// and 500 for anything else. For Gemini, errType is a Google status name:
+// its stream sends data: {"error":{"code","message","status":errType}} as
+// its first event, and the HTTP error is 503 for UNAVAILABLE, 429 for
+// RESOURCE_EXHAUSTED, 400 for INVALID_ARGUMENT and FAILED_PRECONDITION.
 func StreamError(errType string) Step { return Step{kind: kindStreamError, errType: errType} }
 
 // StreamDrop is a 200 stream that sends chunks text chunks and then cuts
@@ -325,7 +333,9 @@ func (s Step) WithHeader(key, value string) Step {
 // prompt_tokens_details.cached_tokens and
 // completion_tokens_details.reasoning_tokens, and the Responses API's
 // input_tokens_details.cached_tokens and
-// output_tokens_details.reasoning_tokens. Without it both are 0. The
+// output_tokens_details.reasoning_tokens; Gemini's
+// cachedContentTokenCount and thoughtsTokenCount (which Gemini counts
+// apart from candidatesTokenCount). Without it both are 0. The
 // Anthropic endpoint ignores them.
 func (s Step) WithUsageDetails(cached, reasoning int64) Step {
 	s.cached, s.reasoning = cached, reasoning

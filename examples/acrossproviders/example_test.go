@@ -16,27 +16,36 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// One chain across both providers: OpenAI first, Anthropic when OpenAI
-// gives up. Both answer a Completion, so the caller does not care which
-// did. Two scripted servers stand in for the APIs; against the real ones,
-// build the clients with openai.NewClient() and anthropic.NewClient().
+// One chain across three providers: OpenAI first, Anthropic when OpenAI
+// gives up, Gemini when Anthropic does. All three answer a Completion, so
+// the caller does not care which did. Scripted servers stand in for the
+// APIs; against the real ones, build the clients with openai.NewClient(),
+// anthropic.NewClient() and genai.NewClient without a BaseURL.
 func Example_openAIFirst() {
-	openaiAPI, anthropicAPI := llmretrytest.NewServer(), llmretrytest.NewServer()
+	openaiAPI, anthropicAPI, geminiAPI := llmretrytest.NewServer(), llmretrytest.NewServer(), llmretrytest.NewServer()
 	defer openaiAPI.Close()
 	defer anthropicAPI.Close()
-	openaiAPI.Script("gpt-4o", llmretrytest.Status(503)) // down, for good
-	anthropicAPI.Script("claude-sonnet-4-5", llmretrytest.Answer("Rayleigh scattering."))
+	defer geminiAPI.Close()
+	openaiAPI.Script("gpt-4o", llmretrytest.Status(503))               // down, for good
+	anthropicAPI.Script("claude-sonnet-4-5", llmretrytest.Status(529)) // overloaded, for good
+	geminiAPI.Script("gemini-2.5-flash", llmretrytest.Answer("Rayleigh scattering."))
+	gem, err := geminiClient(context.Background(), geminiAPI.GeminiBaseURL())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	chain := newChain(
 		openai.NewClient(option.WithBaseURL(openaiAPI.OpenAIBaseURL()), option.WithAPIKey("sk-example")),
 		anthropic.NewClient(aoption.WithBaseURL(anthropicAPI.AnthropicBaseURL()), aoption.WithAPIKey("sk-ant-example")),
+		gem,
 	)
 	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
 
 	fmt.Println(answer.Model+":", answer.Text, err)
-	fmt.Println("requests to OpenAI:", len(openaiAPI.Requests()), "to Anthropic:", len(anthropicAPI.Requests()))
+	fmt.Println("requests to OpenAI:", len(openaiAPI.Requests()), "to Anthropic:", len(anthropicAPI.Requests()), "to Gemini:", len(geminiAPI.Requests()))
 	// Output:
-	// claude-sonnet-4-5: Rayleigh scattering. <nil>
-	// requests to OpenAI: 2 to Anthropic: 1
+	// gemini-2.5-flash: Rayleigh scattering. <nil>
+	// requests to OpenAI: 2 to Anthropic: 2 to Gemini: 1
 }
 
 // The other way round: Anthropic first, OpenAI when Anthropic gives up.
