@@ -318,26 +318,9 @@ func geminiStream(x *exchange, st Step) bool {
 	return true
 }
 
-// usageEvent writes a data event that tells the client u. Gemini sends
-// nothing after its last chunk, so a client may be done with the
-// exchange as soon as it has read it: the log takes u before the event
-// is written, and gives it back if the write fails.
+// usageEvent writes a data event that tells the client u, logging u as
+// sendingUsage does: Gemini sends nothing after its last chunk, so a
+// client may be done with the exchange as soon as it has read it.
 func (x *exchange) usageEvent(data []byte, u Usage) bool {
-	x.s.mu.Lock()
-	prev := x.req.Usage
-	x.s.mu.Unlock()
-	x.reportUsage(u)
-	if x.event("", data) {
-		return true
-	}
-	x.s.mu.Lock()
-	x.req.Usage = prev
-	if prev != nil {
-		c := *prev
-		x.s.log[x.logged].Usage = &c
-	} else {
-		x.s.log[x.logged].Usage = nil
-	}
-	x.s.mu.Unlock()
-	return false
+	return x.sendingUsage(u, func() bool { return x.event("", data) })
 }
