@@ -251,6 +251,8 @@ func run(ctx context.Context, w io.Writer, terminal bool, deadPath string) (batc
 
 	fmt.Fprintf(w, "\nDone in %.1fs: %d succeeded, %d dead, %d not run (%d items); %d runs in all.\n",
 		time.Since(start).Seconds(), counts.Succeeded, counts.Dead, counts.NotRun, counts.Total(), runs.Load())
+	fmt.Fprintf(w, "Billed, as the providers reported it: %d tokens in, %d out, dead items included; %d attempts of unknown cost.\n",
+		counts.Usage.InputTokens, counts.Usage.OutputTokens, counts.UsageUnknown)
 	fmt.Fprintf(w, "%d dead letters written to %s, one JSON object per line:\n", counts.Dead, deadPath)
 	fmt.Fprintln(w, "the item's id, why it is dead, its runs, and the chain's record of each run, attempt by attempt.")
 	for _, o := range []string{"truncated", "exhausted", "timed_out", "other"} {
@@ -395,9 +397,13 @@ func openAIChat(url, model string, sent *atomic.Int64) func(context.Context, req
 			return llmretry.Completion{}, llmretry.ParseFailure(string(body), fmt.Errorf("no answer in the response: %v", decodeErr))
 		}
 		choice := out.Choices[0]
+		usage := llmretry.Usage{InputTokens: out.Usage.PromptTokens, OutputTokens: out.Usage.CompletionTokens}
 		if choice.FinishReason == "length" {
-			return llmretry.Completion{}, llmretry.Truncation(choice.Message.Content) // the partial text is kept in the record
+			cut := llmretry.Truncation(choice.Message.Content) // the partial text is kept in the record
+			cut.Usage = &usage                                 // and what it was billed
+			return llmretry.Completion{}, cut
 		}
+		llmretry.ReportUsage(ctx, usage)
 		return llmretry.Completion{
 			Model: out.Model, Text: choice.Message.Content, StopReason: choice.FinishReason,
 			InputTokens: out.Usage.PromptTokens, OutputTokens: out.Usage.CompletionTokens,
@@ -450,9 +456,13 @@ func anthropicMessages(url, model string, sent *atomic.Int64) func(context.Conte
 				text.WriteString(block.Text)
 			}
 		}
+		usage := llmretry.Usage{InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens}
 		if out.StopReason == "max_tokens" {
-			return llmretry.Completion{}, llmretry.Truncation(text.String())
+			cut := llmretry.Truncation(text.String())
+			cut.Usage = &usage
+			return llmretry.Completion{}, cut
 		}
+		llmretry.ReportUsage(ctx, usage)
 		return llmretry.Completion{
 			Model: out.Model, Text: text.String(), StopReason: out.StopReason,
 			InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens,

@@ -30,6 +30,8 @@ type deadRecord struct {
 	Outcome       string            `json:"outcome"`
 	ItemRetryable bool              `json:"item_retryable"`
 	Error         string            `json:"error"`
+	Usage         *json.RawMessage  `json:"usage"`
+	UsageUnknown  int               `json:"usage_unknown"`
 	Attempts      []json.RawMessage `json:"attempts"`
 }
 
