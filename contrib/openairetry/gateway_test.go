@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/contrib/openairetry"
 	"github.com/llmretry/llmretry/llmretrytest"
@@ -49,7 +50,16 @@ func TestGateway(t *testing.T) {
 				return scripted(t, primaryModel, llmretrytest.Status(429).WithHeader("Retry-After", "1"), answerStep), scripted(t, secondaryModel)
 			},
 			// The hint is honoured: one wait of a second, then the answer.
-			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}, hinted: time.Second},
+		},
+		{
+			name: "rate_limited_retry_after_long",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, llmretrytest.Status(429).WithHeader("Retry-After", "60")), scripted(t, secondaryModel, answerStep)
+			},
+			// A wait past the caller's deadline is not taken: the
+			// secondary answers now.
+			held: &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 		},
 		{
 			name: "rate_limited",
@@ -99,6 +109,16 @@ func TestGateway(t *testing.T) {
 			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
+			name: "slow_first_token_persistent",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, answerStep.After(2*stall)), scripted(t, secondaryModel, answerStep)
+			},
+			// A primary that is always slower than StallTimeout is given
+			// up on after MaxTries, before any text, for the secondary.
+			held:  &outcome{by: secondaryModel, requests: [2]int{3, 1}},
+			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
+		},
+		{
 			name: "stream_cut_mid_answer",
 			setup: func(t *testing.T) (provider, provider) {
 				return scripted(t, primaryModel, llmretrytest.StreamDrop(3), answerStep), scripted(t, secondaryModel)
@@ -141,6 +161,42 @@ func TestGateway(t *testing.T) {
 			held: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
+			name: "stream_without_done_or_usage",
+			setup: func(t *testing.T) (provider, provider) {
+				// A provider that ignores include_usage: the finish reason,
+				// then nothing, the connection left open.
+				return handWritten(t, primaryModel,
+					play{name: "no done", stream: chatRole + chatHello + chatFinish + hold, json: chatAnswer},
+				), scripted(t, secondaryModel)
+			},
+			held: &outcome{by: primaryModel, requests: [2]int{1, 0}},
+		},
+		{
+			name: "stream_without_done_closed",
+			setup: func(t *testing.T) (provider, provider) {
+				return handWritten(t, primaryModel,
+					play{name: "no done", stream: chatRole + chatHello + chatFinish, json: chatAnswer},
+				), scripted(t, secondaryModel)
+			},
+			held: &outcome{by: primaryModel, requests: [2]int{1, 0}},
+		},
+		{
+			name: "malformed_event_before_text",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, llmretrytest.Malformed(), answerStep), scripted(t, secondaryModel)
+			},
+			// Nothing reached the client, so even the streaming gateway
+			// sends it again.
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+		},
+		{
+			name: "stream_cut_before_text",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, llmretrytest.StreamDrop(0), answerStep), scripted(t, secondaryModel)
+			},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+		},
+		{
 			name: "context_length_exceeded",
 			setup: func(t *testing.T) (provider, provider) {
 				return scripted(t, primaryModel, llmretrytest.ContextLengthExceeded()), scripted(t, secondaryModel, answerStep)
@@ -157,6 +213,18 @@ func TestGateway(t *testing.T) {
 			// The refusal is kept: neither retried nor sent to a
 			// provider whose filter may be weaker.
 			held: &outcome{kind: llmretry.KindRefused, why: llmretry.WhyRefused, retryItem: false, requests: [2]int{1, 0}},
+		},
+		{
+			name: "content_filter_finish",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, llmretrytest.Refuse("I cannot")), scripted(t, secondaryModel, answerStep)
+			},
+			// A 200 whose finish reason is content_filter: refused as the
+			// 400 is, the words before it kept in the record.
+			held: &outcome{kind: llmretry.KindRefused, why: llmretry.WhyRefused, retryItem: false, requests: [2]int{1, 0}},
+			// The client already holds the words: the chain stops for
+			// that, before the refusal's own rule is asked.
+			streamed: &outcome{kind: llmretry.KindRefused, why: llmretry.WhyDelivered, retryItem: false, requests: [2]int{1, 0}},
 		},
 		{
 			name: "fallback_rejects_prefill",
@@ -300,12 +368,18 @@ type outcome struct {
 	// requests is how many requests the primary and the secondary
 	// logged, over all calls.
 	requests [2]int
+	// hinted, when set, is the retry-after of the first record, which
+	// must be the wait before the retry.
+	hinted time.Duration
 }
 
 // checkCall checks one call's answer or error and its records against
 // want. sent is the text the client was handed.
 func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmretry.Completion, err error, records []llmretry.Attempt, sent string) {
 	t.Helper()
+	if first := records[0]; want.hinted != 0 && (first.RetryAfter != want.hinted || first.RetryIn != want.hinted || first.Next != llmretry.NextRetry) {
+		t.Errorf("call %d: first record = %v (retry-after %v), want a retry in the %v the server asked for", call, first, first.RetryAfter, want.hinted)
+	}
 	delivered := 0
 	for _, a := range records {
 		if a.Delivered {
@@ -370,14 +444,25 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 }
 
 // checkAccounting checks that each provider logged one request for every
-// record of its backend that was not a skip, and as many as want says.
+// record of its backend that was not a skip, and as many as want says,
+// and that the records' usage is what the provider told the client, the
+// usage of failed attempts included: a gateway bills what it was billed.
 func checkAccounting(t *testing.T, want *outcome, records []llmretry.Attempt, providers ...provider) {
 	t.Helper()
 	for i, p := range providers {
-		var tried []int
+		var (
+			tried []int
+			usage []*llmretry.Usage
+		)
 		for _, a := range records {
 			if a.Backend == i && !a.Skipped {
 				tried = append(tried, a.Try)
+				usage = append(usage, a.Usage)
+			}
+		}
+		if p.usage != nil {
+			if diff := cmp.Diff(p.usage(), usage); diff != "" {
+				t.Errorf("%s: records' usage differs from the server's log (-log +records):\n%s", p.model, diff)
 			}
 		}
 		logged := p.log()
@@ -393,6 +478,9 @@ type provider struct {
 	model  string
 	client openai.Client
 	log    func() []string // what the server played for each request, in order
+	// usage is the usage the server told the client for each request, in
+	// order; nil for a hand-written provider, which does not log it.
+	usage func() []*llmretry.Usage
 }
 
 // scripted is a provider that llmretrytest plays, model's steps in order.
@@ -406,6 +494,17 @@ func scripted(t *testing.T, model string, steps ...llmretrytest.Step) provider {
 			steps = append(steps, r.Step)
 		}
 		return steps
+	}, usage: func() []*llmretry.Usage {
+		var told []*llmretry.Usage
+		for _, r := range srv.Requests() {
+			var u *llmretry.Usage
+			if r.Usage != nil {
+				v := llmretry.Usage(*r.Usage)
+				u = &v
+			}
+			told = append(told, u)
+		}
+		return told
 	}}
 }
 
