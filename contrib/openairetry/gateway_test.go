@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -89,6 +90,27 @@ func TestGateway(t *testing.T) {
 				return scripted(t, primaryModel, llmretrytest.Hangup(), answerStep), scripted(t, secondaryModel)
 			},
 			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+		},
+		{
+			name: "tcp_reset_before_headers",
+			setup: func(t *testing.T) (provider, provider) {
+				return handWritten(t, primaryModel,
+					play{name: "reset", reset: true},
+					play{name: "answer", stream: chatRole + chatHello + chatFinish + chatUsage + chatDone, json: chatAnswer},
+				), scripted(t, secondaryModel)
+			},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+		},
+		{
+			name: "reset_on_reused_connection",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, answerStep, llmretrytest.Hangup(), answerStep), scripted(t, secondaryModel)
+			},
+			// The second call's request goes out on the connection the
+			// first one left idle: its hangup is one attempt, retried by
+			// the chain, not a request net/http sends again unseen.
+			calls: 2,
+			held:  &outcome{by: primaryModel, requests: [2]int{3, 0}},
 		},
 		{
 			name: "no_response",
@@ -397,8 +419,9 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 		if last.Err != nil || last.Model != want.by {
 			t.Errorf("call %d: last record = %v, want the answer of %s", call, last, want.by)
 		}
-		if answer.Text == "" {
-			t.Errorf("call %d: Do() = %+v, want an answer with text", call, answer)
+		// The client is told which model answered it.
+		if answer.Text == "" || answer.Model != want.by {
+			t.Errorf("call %d: Do() = %q by %q, want an answer with text by %s", call, answer.Text, answer.Model, want.by)
 		}
 		// The client got the answer once, from the one attempt that
 		// delivered it.
@@ -512,7 +535,10 @@ func scripted(t *testing.T, model string, steps ...llmretrytest.Step) provider {
 // step for: stream is the event stream sent to a streaming request, json
 // the body sent to a plain one. Either may end with hold or cutOff, as
 // for rawServer.
-type play struct{ name, stream, json string }
+type play struct {
+	name, stream, json string
+	reset              bool // answer with a TCP reset instead, before any byte of a response
+}
 
 // handWritten is a provider that answers the n-th request (from 0) with
 // plays[n], the last again once they run out.
@@ -534,6 +560,16 @@ func handWritten(t *testing.T, model string, plays ...play) provider {
 		p := plays[min(len(log), len(plays)-1)]
 		log = append(log, p.name)
 		mu.Unlock()
+		if p.reset {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			// A linger of 0 makes Close send RST rather than FIN.
+			_ = conn.(*net.TCPConn).SetLinger(0)
+			_ = conn.Close()
+			return
+		}
 		body := p.json
 		w.Header().Set("Content-Type", "application/json")
 		if in.Stream {
@@ -542,6 +578,8 @@ func handWritten(t *testing.T, model string, plays ...play) provider {
 		}
 		body, held := strings.CutSuffix(body, hold)
 		body, cut := strings.CutSuffix(body, cutOff)
+		// The shared chunks name gpt-a; a provider names its own model.
+		body = strings.ReplaceAll(body, `"model":"gpt-a"`, `"model":"`+model+`"`)
 		_, _ = w.Write([]byte(body))
 		w.(http.Flusher).Flush()
 		if held {
