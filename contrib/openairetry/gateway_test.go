@@ -597,3 +597,80 @@ func handWritten(t *testing.T, model string, plays ...play) provider {
 		return append([]string(nil), log...)
 	}}
 }
+
+// A gateway serves many clients at once: while the primary is down, the
+// calls in flight together share its breaker, and however their requests
+// interleave, each provider logged exactly one request per record that
+// was not a skip, and every client got one answer, whole and once.
+func TestGatewayConcurrentAccounting(t *testing.T) {
+	t.Parallel()
+	const clients = 8
+	for _, r := range []gatewayRow{rowPlain, rowHeld, rowStreamed} {
+		t.Run(r.String(), func(t *testing.T) {
+			t.Parallel()
+			// The last step repeats: the primary is down for good, the
+			// secondary answers every request.
+			primary, secondary := scripted(t, primaryModel, unavailable), scripted(t, secondaryModel, answerStep)
+			var (
+				mu      sync.Mutex
+				sent    = map[string]*deltas{}
+				records []llmretry.Attempt
+			)
+			// Each call's emit finds its client by the request, which
+			// names the client.
+			emit := func(q, delta string) {
+				mu.Lock()
+				d := sent[q]
+				mu.Unlock()
+				d.emit(q, delta)
+			}
+			chain := &llmretry.Chain[string, llmretry.Completion]{
+				Backends: []llmretry.Backend[string, llmretry.Completion]{
+					gatewayBackend(r, primary.client, primaryModel, emit,
+						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second}),
+					gatewayBackend(r, secondary.client, secondaryModel, emit,
+						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second}),
+				},
+				OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+					mu.Lock()
+					defer mu.Unlock()
+					records = append(records, a)
+				},
+			}
+			var wg sync.WaitGroup
+			for i := range clients {
+				q := "question " + string(rune('a'+i))
+				mu.Lock()
+				sent[q] = &deltas{}
+				mu.Unlock()
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(t.Context(), callDeadline)
+					defer cancel()
+					answer, err := chain.Do(ctx, q)
+					if err != nil || answer.Model != secondaryModel {
+						t.Errorf("Do(%q) = %q by %q, %v; want the secondary's answer", q, answer.Text, answer.Model, err)
+						return
+					}
+					if got := strings.Join(sent[q].all(), ""); r == rowStreamed && got != answer.Text {
+						t.Errorf("Do(%q): client was sent %q, want %q once", q, got, answer.Text)
+					}
+				})
+			}
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			tried := 0
+			for _, a := range records {
+				if a.Backend == 0 && !a.Skipped {
+					tried++
+				}
+			}
+			// Exact counts depend on how the calls interleave; the
+			// records must agree with the logs whatever they are.
+			checkAccounting(t, &outcome{requests: [2]int{tried, clients}}, records, primary, secondary)
+			if tried > 3*clients || tried < 3 {
+				t.Errorf("primary got %d requests, want at least the 3 that open its breaker and at most 3 per call", tried)
+			}
+		})
+	}
+}
