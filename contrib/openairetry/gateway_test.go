@@ -24,10 +24,12 @@ import (
 // OpenAI-compatible gateway, configured as the docs recommend for an
 // interactive caller (a few short waits, MaxTries, a Reserve, Timeout,
 // StallTimeout for streams, a Breaker per deployment), against sixteen
-// faults of a primary and a secondary provider. Each fault runs in three
-// rows: Chat and ChatStream with a nil emit hold the answer until it is
-// whole (the buffering gateway), ChatStream with an emit passes the text
-// on as it arrives (the streaming gateway). Every row must end each
+// faults of a primary and a secondary provider, and variants of them.
+// Each fault runs in three rows per API: Chat and ChatStream with a nil
+// emit hold the answer until it is whole (the buffering gateway),
+// ChatStream with an emit passes the text on as it arrives (the
+// streaming gateway); Responses and ResponsesStream the same, for the
+// faults llmretrytest plays in both APIs. Every row must end each
 // fault in a pass or, where text already reached the client, in a safe
 // error: no text sent twice, no fault retried without bound, and the
 // records agree with the requests the providers logged.
@@ -44,6 +46,9 @@ func TestGateway(t *testing.T) {
 		// and ChatStream with a nil emit); plain, when set, replaces it
 		// for Chat alone; streamed for ChatStream with an emit.
 		held, plain, streamed *outcome
+		// chatOnly is set for hand-written faults, whose bodies speak
+		// Chat Completions alone.
+		chatOnly bool
 	}{
 		{
 			name: "rate_limited_retry_after",
@@ -92,7 +97,8 @@ func TestGateway(t *testing.T) {
 			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
 		},
 		{
-			name: "tcp_reset_before_headers",
+			name:     "tcp_reset_before_headers",
+			chatOnly: true,
 			setup: func(t *testing.T) (provider, provider) {
 				return handWritten(t, primaryModel,
 					play{name: "reset", reset: true},
@@ -159,7 +165,8 @@ func TestGateway(t *testing.T) {
 			streamed: &outcome{kind: llmretry.KindTimeout, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
 		},
 		{
-			name: "malformed_event_mid_stream",
+			name:     "malformed_event_mid_stream",
+			chatOnly: true,
 			setup: func(t *testing.T) (provider, provider) {
 				return handWritten(t, primaryModel,
 					play{name: "malformed", stream: chatRole + chatHello + chatGarbled, json: `{"id":"c1","object":"chat.completion","choices":[{"ind`},
@@ -170,7 +177,8 @@ func TestGateway(t *testing.T) {
 			streamed: &outcome{kind: llmretry.KindTransient, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
 		},
 		{
-			name: "stream_without_done",
+			name:     "stream_without_done",
+			chatOnly: true,
 			setup: func(t *testing.T) (provider, provider) {
 				// The finish reason and the usage come, and then nothing:
 				// no [DONE], and the connection stays open.
@@ -183,7 +191,8 @@ func TestGateway(t *testing.T) {
 			held: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
-			name: "stream_without_done_or_usage",
+			name:     "stream_without_done_or_usage",
+			chatOnly: true,
 			setup: func(t *testing.T) (provider, provider) {
 				// A provider that ignores include_usage: the finish reason,
 				// then nothing, the connection left open.
@@ -194,7 +203,8 @@ func TestGateway(t *testing.T) {
 			held: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
-			name: "stream_without_done_closed",
+			name:     "stream_without_done_closed",
+			chatOnly: true,
 			setup: func(t *testing.T) (provider, provider) {
 				return handWritten(t, primaryModel,
 					play{name: "no done", stream: chatRole + chatHello + chatFinish, json: chatAnswer},
@@ -283,12 +293,15 @@ func TestGateway(t *testing.T) {
 		},
 	}
 	for _, tc := range tests {
-		for _, r := range []gatewayRow{rowPlain, rowHeld, rowStreamed} {
+		for _, r := range allRows {
+			if tc.chatOnly && r.responses() {
+				continue
+			}
 			want := tc.held
 			switch {
-			case r == rowPlain && tc.plain != nil:
+			case r.plain() && tc.plain != nil:
 				want = tc.plain
-			case r == rowStreamed && tc.streamed != nil:
+			case r.streamed() && tc.streamed != nil:
 				want = tc.streamed
 			}
 			t.Run(tc.name+"/"+r.String(), func(t *testing.T) {
@@ -351,12 +364,25 @@ var (
 type gatewayRow int
 
 const (
-	rowPlain    gatewayRow = iota // Chat: one JSON answer
-	rowHeld                       // ChatStream with a nil emit: streamed, held until whole
-	rowStreamed                   // ChatStream with an emit: streamed through to the client
+	rowPlain        gatewayRow = iota // Chat: one JSON answer
+	rowHeld                           // ChatStream with a nil emit: streamed, held until whole
+	rowStreamed                       // ChatStream with an emit: streamed through to the client
+	rowRespPlain                      // Responses
+	rowRespHeld                       // ResponsesStream with a nil emit
+	rowRespStreamed                   // ResponsesStream with an emit
 )
 
-func (r gatewayRow) String() string { return [...]string{"chat", "held_stream", "streamed"}[r] }
+var allRows = []gatewayRow{rowPlain, rowHeld, rowStreamed, rowRespPlain, rowRespHeld, rowRespStreamed}
+
+func (r gatewayRow) String() string {
+	return [...]string{"chat", "held_stream", "streamed", "responses", "responses_held_stream", "responses_streamed"}[r]
+}
+
+// plain reports whether r sends plain requests; streamed whether it
+// passes the text through; responses whether it calls the Responses API.
+func (r gatewayRow) plain() bool     { return r == rowPlain || r == rowRespPlain }
+func (r gatewayRow) streamed() bool  { return r == rowStreamed || r == rowRespStreamed }
+func (r gatewayRow) responses() bool { return r >= rowRespPlain }
 
 // gatewayBackend is a backend as the docs recommend configuring one for a
 // caller who is waiting: retry policy p, a Timeout per attempt, a
@@ -371,6 +397,14 @@ func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(
 		b.StallTimeout = stall
 	case rowStreamed:
 		b = openairetry.ChatStream(client, model, build, emit)
+		b.StallTimeout = stall
+	case rowRespPlain:
+		b = openairetry.Responses(client, model, buildResponses)
+	case rowRespHeld:
+		b = openairetry.ResponsesStream(client, model, buildResponses, nil)
+		b.StallTimeout = stall
+	case rowRespStreamed:
+		b = openairetry.ResponsesStream(client, model, buildResponses, emit)
 		b.StallTimeout = stall
 	}
 	b.Retry = p
@@ -408,7 +442,7 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 			delivered++
 		}
 	}
-	if r != rowStreamed && (delivered > 0 || sent != "") {
+	if !r.streamed() && (delivered > 0 || sent != "") {
 		t.Errorf("call %d: %d records delivered, %q sent, want nothing delivered by a gateway that holds its answer", call, delivered, sent)
 	}
 	if want.by != "" {
@@ -425,7 +459,7 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 		}
 		// The client got the answer once, from the one attempt that
 		// delivered it.
-		if r == rowStreamed && (sent != answer.Text || delivered != 1) {
+		if r.streamed() && (sent != answer.Text || delivered != 1) {
 			t.Errorf("call %d: client was sent %q by %d attempts, want %q by one", call, sent, delivered, answer.Text)
 		}
 		return
@@ -455,7 +489,7 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 		}
 	}
 	switch {
-	case r == rowStreamed && want.why == llmretry.WhyDelivered:
+	case r.streamed() && want.why == llmretry.WhyDelivered:
 		// The client holds what the one delivering attempt sent, and
 		// nothing was sent again.
 		if delivered != 1 || last.RawText == nil || sent != *last.RawText || sent == "" {
@@ -605,7 +639,7 @@ func handWritten(t *testing.T, model string, plays ...play) provider {
 func TestGatewayConcurrentAccounting(t *testing.T) {
 	t.Parallel()
 	const clients = 8
-	for _, r := range []gatewayRow{rowPlain, rowHeld, rowStreamed} {
+	for _, r := range allRows {
 		t.Run(r.String(), func(t *testing.T) {
 			t.Parallel()
 			// The last step repeats: the primary is down for good, the
@@ -651,7 +685,7 @@ func TestGatewayConcurrentAccounting(t *testing.T) {
 						t.Errorf("Do(%q) = %q by %q, %v; want the secondary's answer", q, answer.Text, answer.Model, err)
 						return
 					}
-					if got := strings.Join(sent[q].all(), ""); r == rowStreamed && got != answer.Text {
+					if got := strings.Join(sent[q].all(), ""); r.streamed() && got != answer.Text {
 						t.Errorf("Do(%q): client was sent %q, want %q once", q, got, answer.Text)
 					}
 				})
