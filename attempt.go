@@ -33,6 +33,7 @@ type Attempt struct {
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
+	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); nil when it reported nothing, which is unknown, not zero
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure
@@ -71,6 +72,7 @@ const (
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
 	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
+	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http
@@ -158,7 +160,22 @@ func (a Attempt) LogValue() slog.Value {
 	if a.Skipped {
 		attrs = append(attrs, slog.Bool("skipped", true))
 	}
+	if u := a.Usage; u != nil {
+		attrs = append(attrs, slog.Group("usage", usageAttrs(*u)...))
+	}
 	return slog.GroupValue(attrs...)
+}
+
+// usageAttrs is u as slog attributes, with the keys of its JSON.
+func usageAttrs(u Usage) []any {
+	attrs := []any{slog.Int64("input_tokens", u.InputTokens), slog.Int64("output_tokens", u.OutputTokens)}
+	if u.CachedInputTokens != 0 {
+		attrs = append(attrs, slog.Int64("cached_input_tokens", u.CachedInputTokens))
+	}
+	if u.ReasoningTokens != 0 {
+		attrs = append(attrs, slog.Int64("reasoning_tokens", u.ReasoningTokens))
+	}
+	return attrs
 }
 
 // failed reports whether the attempt is a failure's record: a success has
@@ -188,7 +205,10 @@ func millis(d time.Duration) float64 {
 //     durations as exact decimal milliseconds, up to six fraction digits,
 //     negative ones included;
 //   - next, why: their names, when set;
-//   - delivered: always; skipped: only when true.
+//   - delivered: always; skipped: only when true;
+//   - usage: an object of input_tokens and output_tokens, with
+//     cached_input_tokens and reasoning_tokens when not 0 (as [Usage]
+//     encodes), only when Usage is not nil.
 //
 // It fails only for a start whose year, where it is written, lies outside
 // 0 to 9999, which RFC 3339 cannot write and so [Attempt.UnmarshalJSON]
@@ -354,6 +374,25 @@ var attemptFields = [...]attemptField{
 	durationField("retry_in_ms", nil, func(a *Attempt) *time.Duration { return &a.RetryIn }),
 	boolField("delivered", nil, func(a *Attempt) *bool { return &a.Delivered }),
 	boolField("skipped", func(a *Attempt) bool { return !a.Skipped }, func(a *Attempt) *bool { return &a.Skipped }),
+	{
+		key:  "usage",
+		omit: func(a *Attempt) bool { return a.Usage == nil },
+		write: func(b []byte, a *Attempt) ([]byte, error) {
+			u, err := json.Marshal(a.Usage)
+			return append(b, u...), err
+		},
+		read: func(a *Attempt, v []byte) error {
+			if t := jsonType(v); t != "object" {
+				return fmt.Errorf("want an object, got %s", t)
+			}
+			var u Usage
+			if err := json.Unmarshal(v, &u); err != nil {
+				return fmt.Errorf("want token counts, got %s", shown(v))
+			}
+			a.Usage = &u
+			return nil
+		},
+	},
 }
 
 // failure reports whether the attempt's record is a failure's as its JSON

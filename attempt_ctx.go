@@ -27,9 +27,10 @@ type attemptCtx struct {
 	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
 	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
 
-	limitsMu  sync.Mutex
+	limitsMu  sync.Mutex  // guards limits, hasLimits and usage
 	limits    limitReport // the freshest rate-limit report of the attempt's responses
 	hasLimits bool        // limits holds a report
+	usage     *Usage      // the last usage the Call reported; nil when none
 }
 
 // Value returns the attempt itself for markKey and asks the parent
@@ -82,6 +83,28 @@ func Delivered(ctx context.Context) {
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
+		if a.stall != nil {
+			a.stall.touch()
+		}
+	}
+}
+
+// Progress tells the chain that the attempt running under ctx is making
+// progress without handing output to the caller, such as a chunk of a
+// stream that the backend buffers and returns whole. It restarts the
+// attempt's [Backend.StallTimeout], so a stall is measured as time
+// without progress, but it does not mark the attempt delivered: a
+// failure after progress is retried or failed over like any other,
+// because the caller holds nothing of it. In nested chains it restarts
+// every enclosing chain's attempt's timer too, up to a [Standalone]
+// context. With a context that is not an attempt's, Progress does
+// nothing. It is safe to call from any goroutine, and as often as needed.
+func Progress(ctx context.Context) {
+	if ctx == nil {
+		return
+	}
+	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	for ; a != nil; a = a.parent {
 		if a.stall != nil {
 			a.stall.touch()
 		}

@@ -207,6 +207,12 @@ type Chain[Req, Resp any] struct {
 	// cut]". 0 means DefaultMaxRawText; negative means no limit. The
 	// backend's own Failure keeps its RawText whole.
 	MaxRawText int
+	// FailOverRefused makes an attempt the provider refused for its
+	// content ([KindRefused]) fail over to the next backend. By default
+	// it ends the chain with the provider's reason (Why "refused"): one
+	// provider's safety system refused the request, and another's may be
+	// weaker, so sending it on is a choice for the caller to make.
+	FailOverRefused bool
 }
 
 // DefaultMaxRawText is how many bytes of a model's raw output a record
@@ -487,6 +493,7 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
 		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
+		Usage: mark.reportedUsage(),
 	}
 	if b.Breaker != nil {
 		end.limits, end.hasLimits = mark.reported()
@@ -514,6 +521,10 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		}
 	}
 	a.Status, a.RawText, a.RetryAfter = d.status, capRaw(d.raw, r.c.MaxRawText), d.hint
+	if d.usage != nil {
+		u := *d.usage // the record's own copy: the backend may reuse its Failure
+		a.Usage = &u
+	}
 	switch {
 	case end.ctxErr != nil:
 		// The caller's context ended the attempt, whatever the backend made
@@ -806,6 +817,8 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) dec
 		// The caller already holds part of this answer: resending would
 		// duplicate it, and so would another backend.
 		why = WhyDelivered
+	case a.Kind == KindRefused && !r.c.FailOverRefused:
+		why = WhyRefused
 	case !a.Kind.Retryable():
 		why = WhyNotRetryable
 	case r.nested:
@@ -828,7 +841,7 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) dec
 // giveUp is what follows an attempt that is not retried for reason why.
 func giveUp(why Why, last bool) Next {
 	switch {
-	case last, why == WhyCancelled, why == WhyDeadline, why == WhyDelivered:
+	case last, why == WhyCancelled, why == WhyDeadline, why == WhyDelivered, why == WhyRefused:
 		return NextStop
 	}
 	return NextFailOver

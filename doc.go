@@ -23,10 +23,12 @@
 //
 // A backend's Call says how it failed by returning a [*Failure], built with
 // [StatusFailure] for an HTTP error response, [Truncation] for an answer cut
-// off at its token budget, or [ParseFailure] for output that could not be
-// used. Any other error is classified by [Classify]. The failure's [Kind]
-// decides whether the backend is tried again, the chain fails over, or it
-// stops.
+// off at its token budget, [ParseFailure] for output that could not be
+// used, or [Refusal] for content the provider refused. Any other error is
+// classified by [Classify]. The failure's [Kind] decides whether the
+// backend is tried again, the chain fails over, or it stops. A refusal
+// stops the chain by default rather than take the request to a provider
+// whose filter may be weaker; [Chain.FailOverRefused] makes it fail over.
 //
 // # Timing
 //
@@ -54,6 +56,9 @@
 // the outcome only: an attempt's own error stays in its record's Err
 // (Example_lastProviderError shows how to reach it). The errors and their
 // records encode to JSON for dead-letter tables and log as slog groups.
+// A record carries what its attempt cost when the provider said
+// ([ReportUsage], [Usage]), failed attempts included, and an error's JSON
+// totals it ([TotalUsage]).
 //
 // # Advice for orchestrators
 //
@@ -65,7 +70,10 @@
 // # Streaming and nesting
 //
 // A backend that streams calls [Delivered] with every chunk it hands over:
-// after that, a failure is returned at once, never sent again. A Chain run
+// after that, a failure is returned at once, never sent again. One that
+// holds a stream's chunks and answers whole calls [Progress] instead,
+// which keeps [Backend.StallTimeout] from cutting it while leaving it free
+// to be sent again: the caller has seen none of it. A Chain run
 // inside another chain's attempt makes one attempt per backend, so retries
 // do not multiply; [Standalone] gives an unrelated inner chain its own.
 //

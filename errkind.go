@@ -44,6 +44,13 @@ const (
 	// KindCancelled is the caller withdrawing. It ends the chain at once
 	// with a [Cancelled].
 	KindCancelled
+	// KindRefused is a provider that refused the content: a content
+	// filter, a safety block, a refusal stop reason (see [Refusal]). The
+	// same request would be refused again, and another provider's filter
+	// may be weaker, so by default it ends the chain with the provider's
+	// reason rather than failing over ([Chain.FailOverRefused] lets it
+	// fail over). It is not retried.
+	KindRefused
 )
 
 var kindNames = [...]string{
@@ -54,6 +61,7 @@ var kindNames = [...]string{
 	KindParse:     "parse",
 	KindRejected:  "rejected",
 	KindCancelled: "cancelled",
+	KindRefused:   "refused",
 }
 
 // String returns the Kind's lowercase name, such as "transient", or
@@ -101,7 +109,10 @@ func (k *Kind) UnmarshalText(text []byte) error {
 
 // ClassifyStatus maps an HTTP status code to a Kind: 408, 425, 429 and
 // 500–599 are [KindTransient], any other 400–499 is [KindRejected], and
-// everything else (including 2xx and 3xx) is [KindUnknown].
+// everything else (including 2xx and 3xx) is [KindUnknown]. A status alone
+// never says [KindRefused]: a provider's content filter answers 400 with
+// a code in its body (OpenAI's "content_policy_violation", Azure's
+// "content_filter"), which an adapter reads and reports with [Refusal].
 func ClassifyStatus(code int) Kind {
 	switch {
 	case code == http.StatusRequestTimeout, code == http.StatusTooEarly, code == http.StatusTooManyRequests:
@@ -158,6 +169,7 @@ type detail struct {
 	raw    *string
 	hint   time.Duration
 	limits *limitReport // the failure's rate-limit report, its send not yet set; nil when none
+	usage  *Usage       // what the failed attempt cost, nil when unknown
 }
 
 // outcomeOf returns err's Kind and the details its record keeps, both from
@@ -302,6 +314,7 @@ type Failure struct {
 	RetryAfter time.Duration // the server's hint, 0 if none
 	RawText    *string       // the model's output; nil when there is none worth keeping
 	Err        error         // the cause, may be nil
+	Usage      *Usage        // what the provider reported the attempt cost (a truncated or unparsable answer is billed); nil when unknown
 
 	// limits is what StatusFailure read of the response's rate-limit
 	// headers, its send not yet known; nil when they said nothing. Do
@@ -346,7 +359,7 @@ func (f *Failure) outcome() (Kind, detail) {
 	if f == nil {
 		return KindUnknown, detail{}
 	}
-	return f.Kind, detail{f.Status, f.RawText, f.RetryAfter, f.limits}
+	return f.Kind, detail{f.Status, f.RawText, f.RetryAfter, f.limits, f.Usage}
 }
 
 // StatusFailure describes an HTTP error response. Its Kind comes from
@@ -383,6 +396,15 @@ func StatusFailure(code int, h http.Header, err error) *Failure {
 // (finish_reason "length"), keeping the partial output raw.
 func Truncation(raw string) *Failure {
 	return &Failure{Kind: KindTruncated, RawText: &raw}
+}
+
+// Refusal describes an answer the provider refused for its content: a
+// content filter, a safety block, a refusal stop reason. reason is the
+// provider's own word for it, such as "finish_reason content_filter" or
+// "finishReason SAFETY"; it becomes Err, so the summary and the records
+// say why. Set RawText on the result to keep what the model had written.
+func Refusal(reason string) *Failure {
+	return &Failure{Kind: KindRefused, Err: errors.New(reason)}
 }
 
 // ParseFailure describes model output that could not be used, keeping

@@ -34,18 +34,30 @@ type Exhausted struct {
 // ([Redact]).
 func (e *Exhausted) Error() string { return summarize("exhausted", e.Attempts) }
 
-// ItemRetryable reports false when there are attempts and every one was
-// [KindRejected] or [KindTruncated]: every backend refused this exact
-// request (a context-length 400 on all of them, a content-policy 403) and
-// would again. Otherwise it reports true. It answers for the whole error:
-// whatever the attempts' own errors advise is not consulted.
+// ItemRetryable reports false when the chain stopped on a provider's
+// refusal of the content ([KindRefused]), or when there are attempts and
+// every one was [KindRejected], [KindTruncated] or [KindRefused]: every
+// backend refused this exact request (a context-length 400 on all of
+// them, a content filter) and would again. Otherwise it reports true. It
+// answers for the whole error: whatever the attempts' own errors advise is
+// not consulted.
 func (e *Exhausted) ItemRetryable() bool {
+	if stoppedRefused(e.Attempts) {
+		return false
+	}
 	for i := range e.Attempts {
-		if k := e.Attempts[i].Kind; k != KindRejected && k != KindTruncated {
+		if k := e.Attempts[i].Kind; k != KindRejected && k != KindTruncated && k != KindRefused {
 			return true
 		}
 	}
 	return len(e.Attempts) == 0
+}
+
+// stoppedRefused reports whether the chain stopped because a provider
+// refused the content.
+func stoppedRefused(attempts []Attempt) bool {
+	n := len(attempts)
+	return n > 0 && attempts[n-1].Why == WhyRefused
 }
 
 // ItemRetryAfter advises when the item could first run again: when the
@@ -61,8 +73,10 @@ func (e *Exhausted) ItemRetryAfter() time.Duration { return retryAfter(e.Attempt
 func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.Attempts, nil) }
 
 // MarshalJSON encodes the record a dead-letter table keeps: outcome
-// "exhausted", item_retryable, error (the redacted Error text) and
-// attempts.
+// "exhausted", item_retryable, error (the redacted Error text), usage
+// (the total the attempts' records carry, absent when none carries any),
+// usage_unknown (how many attempts were sent whose cost is unknown, see
+// [TotalUsage]) and attempts.
 func (e *Exhausted) MarshalJSON() ([]byte, error) {
 	return marshalError("exhausted", e, e.Attempts, nil)
 }
@@ -231,10 +245,12 @@ func (c *Cancelled) outcome() (Kind, detail) { return lastOf(c.Attempts, KindCan
 func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if a := &attempts[i]; a.Kind == kind {
-			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter}
+			usage, _ := knownUsage(attempts) // an inner chain's attempts are what its outer attempt cost
+			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter, usage: usage}
 		}
 	}
-	return kind, detail{}
+	usage, _ := knownUsage(attempts)
+	return kind, detail{usage: usage}
 }
 
 // sameError reports whether err is target itself, compared as errors.Is
@@ -358,6 +374,9 @@ func lever(what string, attempts []Attempt) string {
 	if delivered {
 		return "output was already delivered, so nothing was resent and no other backend was tried"
 	}
+	if stoppedRefused(attempts) || allKind(attempts, KindRefused) {
+		return "the provider refused the content; running it again will not help"
+	}
 	if what == "timed out" && len(attempts) == 0 {
 		deadline = true
 	}
@@ -382,7 +401,7 @@ func lever(what string, attempts []Attempt) string {
 	if breaker {
 		levers = append(levers, "backends were skipped while their breakers were open")
 	}
-	if len(levers) == 0 && refused(attempts) {
+	if len(levers) == 0 && allKind(attempts, KindRejected) {
 		return "every backend rejected this request; change the request, since running it again will not help"
 	}
 	if len(levers) == 0 {
@@ -391,10 +410,10 @@ func lever(what string, attempts []Attempt) string {
 	return strings.Join(levers, "; ")
 }
 
-// refused reports whether there are attempts and every one was rejected.
-func refused(attempts []Attempt) bool {
+// allKind reports whether there are attempts and every one was of Kind k.
+func allKind(attempts []Attempt, k Kind) bool {
 	for i := range attempts {
-		if attempts[i].Kind != KindRejected {
+		if attempts[i].Kind != k {
 			return false
 		}
 	}
@@ -536,6 +555,12 @@ func logValue(outcome string, err adviser, attempts []Attempt, cause error) slog
 	if cause != nil {
 		attrs = append(attrs, slog.String("cause", Redact(cause.Error())))
 	}
+	if total, ok := knownUsage(attempts); ok {
+		attrs = append(attrs, slog.Group("usage", usageAttrs(*total)...))
+	}
+	if _, unknown := TotalUsage(attempts); unknown > 0 {
+		attrs = append(attrs, slog.Int("usage_unknown", unknown))
+	}
 	attrs = append(attrs, slog.Attr{Key: "records", Value: slog.GroupValue(records...)})
 	return slog.GroupValue(attrs...)
 }
@@ -546,6 +571,8 @@ type errorJSON struct {
 	ItemRetryable bool      `json:"item_retryable"`
 	Error         string    `json:"error"`
 	Cause         string    `json:"cause,omitempty"`
+	Usage         *Usage    `json:"usage,omitempty"` // the total the attempts' records carry; absent when none carries any
+	UsageUnknown  int       `json:"usage_unknown"`   // attempts sent whose cost is unknown (see TotalUsage)
 	Attempts      []Attempt `json:"attempts"`
 }
 
@@ -563,5 +590,7 @@ func marshalError(outcome string, err adviser, attempts []Attempt, cause error) 
 	if cause != nil {
 		j.Cause = Redact(cause.Error())
 	}
+	j.Usage, _ = knownUsage(attempts)
+	_, j.UsageUnknown = TotalUsage(attempts)
 	return json.Marshal(j)
 }

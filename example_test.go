@@ -182,6 +182,7 @@ func ExampleExhausted_MarshalJSON() {
 	//   "outcome": "exhausted",
 	//   "item_retryable": false,
 	//   "error": "llmretry: exhausted after 2 attempts on 2 backends: every backend rejected this request; change the request, since running it again will not help\n\t[backend 0 gpt-4o try 1] http 400: context_length_exceeded: maximum context length is 128000 tokens (failing over: not_retryable)\n\t[backend 1 claude-sonnet try 1] http 400: prompt is too long (stopping: not_retryable)",
+	//   "usage_unknown": 0,
 	//   "attempts": [
 	//     {
 	//       "backend": 0,

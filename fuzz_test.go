@@ -536,7 +536,19 @@ type deadLetter struct {
 	ItemRetryable bool               `json:"item_retryable"`
 	Error         string             `json:"error"`
 	Cause         string             `json:"cause,omitempty"`
+	Usage         *llmretry.Usage    `json:"usage,omitempty"`
+	UsageUnknown  int                `json:"usage_unknown"`
 	Attempts      []llmretry.Attempt `json:"attempts"`
+}
+
+// noUsage reports whether no attempt carries a usage.
+func noUsage(attempts []llmretry.Attempt) bool {
+	for i := range attempts {
+		if attempts[i].Usage != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // FuzzDeadLetterJSON checks the dead-letter records of the chain's four
@@ -621,6 +633,13 @@ func FuzzDeadLetterJSON(f *testing.F) {
 		}
 		if rec.Cause != wantCause {
 			t.Errorf("cause = %q, want %q", rec.Cause, wantCause)
+		}
+		wantTotal, wantUnknown := llmretry.TotalUsage(attempts)
+		if rec.UsageUnknown != wantUnknown {
+			t.Errorf("usage_unknown = %d, want %d", rec.UsageUnknown, wantUnknown)
+		}
+		if got := rec.Usage; (got == nil) != noUsage(attempts) || (got != nil && *got != wantTotal) {
+			t.Errorf("usage = %+v, want %+v", got, wantTotal)
 		}
 		if len(rec.Attempts) != len(attempts) || rec.Attempts == nil {
 			t.Fatalf("attempts = %d records (nil %v), want %d and never null", len(rec.Attempts), rec.Attempts == nil, len(attempts))

@@ -582,6 +582,13 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			mc.emit(r)
 			mc.exhaust()
 			return true
+		case r.Kind == llmretry.KindRefused:
+			// "By default it ends the chain with the provider's reason
+			// rather than failing over."
+			r.Next, r.Why = llmretry.NextStop, llmretry.WhyRefused
+			mc.emit(r)
+			mc.exhaust()
+			return true
 		}
 
 		last := mc.isLast(b, final, r.Kind, false)
@@ -853,7 +860,7 @@ func (mc *mcall) exhaust() {
 	trunc, timeout := false, false
 	allRefused := len(mc.out.Attempts) > 0
 	for _, r := range mc.out.Attempts {
-		if r.Kind != llmretry.KindRejected && r.Kind != llmretry.KindTruncated {
+		if r.Kind != llmretry.KindRejected && r.Kind != llmretry.KindTruncated && r.Kind != llmretry.KindRefused {
 			allRefused = false
 		}
 		if r.Skipped {
@@ -883,7 +890,8 @@ func (mc *mcall) exhaust() {
 			mc.out.Cause = mc.deadCause
 		}
 	default:
-		mc.out.ErrType, mc.out.RetryItem = "*Exhausted", !allRefused
+		stoppedRefused := len(mc.out.Attempts) > 0 && mc.out.Attempts[len(mc.out.Attempts)-1].Why == llmretry.WhyRefused
+		mc.out.ErrType, mc.out.RetryItem = "*Exhausted", !allRefused && !stoppedRefused
 	}
 	mc.out.RetryAfter = mc.retryItemAfter()
 	mc.out.RetryAfterOK = mc.out.RetryAfter > 0

@@ -293,7 +293,7 @@ func generate(seed uint64) *draw {
 		if r.IntN(2) == 0 {
 			d.ownInner = true
 			d.innerKind = pick(r, llmretry.KindUnknown, llmretry.KindTransient, llmretry.KindTimeout, llmretry.KindTruncated,
-				llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, kindOutside)
+				llmretry.KindParse, llmretry.KindRejected, llmretry.KindCancelled, llmretry.KindRefused, kindOutside)
 		}
 	}
 	nc := 1
@@ -591,8 +591,10 @@ func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 	case k < 68:
 		raw := genRaw(r, label)
 		s.err, s.desc, s.kind, s.raw = llmretry.ParseFailure(raw, errors.New(label)), "parse failure", llmretry.KindParse, &raw
-	case k < 76:
+	case k < 73:
 		s.err, s.desc, s.kind = errors.New(label), "plain error", llmretry.KindUnknown
+	case k < 76:
+		s.err, s.desc, s.kind = llmretry.Refusal(label), "refusal", llmretry.KindRefused
 	case k < 81:
 		s.err, s.desc, s.kind = io.ErrUnexpectedEOF, "unexpected EOF", llmretry.KindTransient
 	case k < 84:

@@ -442,7 +442,7 @@ func TestErrorJSONDeadLetter(t *testing.T) {
 				if jerr := json.Unmarshal(b, &m); jerr != nil {
 					t.Fatalf("decoding %s: %v", b, jerr)
 				}
-				keys := map[string]bool{"outcome": true, "item_retryable": true, "error": true, "attempts": true}
+				keys := map[string]bool{"outcome": true, "item_retryable": true, "error": true, "attempts": true, "usage_unknown": true}
 				if _, ok := tc.wantKeys["cause"].(string); ok {
 					keys["cause"] = true
 				}

@@ -18,6 +18,17 @@ import (
 // then answers; with stall set it hangs after the last chunk instead. It
 // returns the context's cause when the context ends first.
 func stream(chunks int, every time.Duration, stall bool) func(context.Context, int) error {
+	return streamMarking(llmretry.Delivered, chunks, every, stall)
+}
+
+// buffered is stream for a backend that holds its chunks and answers
+// whole: it reports Progress for each chunk instead of Delivered.
+func buffered(chunks int, every time.Duration, stall bool) func(context.Context, int) error {
+	return streamMarking(llmretry.Progress, chunks, every, stall)
+}
+
+// streamMarking is stream, calling mark for each chunk.
+func streamMarking(mark func(context.Context), chunks int, every time.Duration, stall bool) func(context.Context, int) error {
 	return func(ctx context.Context, _ int) error {
 		for range chunks {
 			t := time.NewTimer(every)
@@ -27,7 +38,7 @@ func stream(chunks int, every time.Duration, stall bool) func(context.Context, i
 				return context.Cause(ctx)
 			case <-t.C:
 			}
-			llmretry.Delivered(ctx)
+			mark(ctx)
 		}
 		if stall {
 			<-ctx.Done()
@@ -139,6 +150,29 @@ func TestDoStallTimeout(t *testing.T) {
 			wantFirst: llmretry.Attempt{
 				Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: llmretry.ErrStalled, Elapsed: 300*ms + stallTimeout,
 				Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true,
+			},
+		},
+		{
+			// Progress keeps a buffered stream alive as Delivered does a
+			// streamed one, without marking it delivered.
+			name:      "buffered_healthy_stream",
+			reply:     buffered(20, 100*ms, false),
+			want:      "a: hi",
+			wantCalls: []time.Duration{0},
+			wantEnd:   2 * time.Second,
+			wantFirst: llmretry.Attempt{Model: "a", Try: 1, Elapsed: 2 * time.Second},
+		},
+		{
+			// The caller holds nothing of a buffered stream, so a stall
+			// after progress is retried, timed from the last progress.
+			name:      "buffered_stall_after_three_chunks",
+			reply:     firstThen(buffered(3, 100*ms, true)),
+			want:      "a: hi",
+			wantCalls: []time.Duration{0, 300*ms + stallTimeout},
+			wantEnd:   300*ms + stallTimeout + 300*ms,
+			wantFirst: llmretry.Attempt{
+				Model: "a", Try: 1, Kind: llmretry.KindTimeout, Err: llmretry.ErrStalled, Elapsed: 300*ms + stallTimeout,
+				Next: llmretry.NextRetry,
 			},
 		},
 		{

@@ -51,10 +51,31 @@ type Counts struct {
 	Succeeded int // OnResult was called
 	Dead      int // a dead letter was given to the Sink
 	NotRun    int // the context ended (or a Sink failed) before the item could finish
+
+	// Usage is the total the providers reported over every attempt of
+	// every run so far, failed ones and dead items included: what the
+	// batch was billed, as far as it is known.
+	Usage llmretry.Usage
+	// UsageUnknown counts the attempts sent whose cost is unknown: no
+	// usage reported and no response seen, such as a timeout, which the
+	// provider may have billed (see [llmretry.TotalUsage]).
+	UsageUnknown int
 }
 
 // Total returns the number of items counted: Succeeded + Dead + NotRun.
 func (c Counts) Total() int { return c.Succeeded + c.Dead + c.NotRun }
+
+// String returns the counts as a progress line: "12 items: 10 succeeded,
+// 1 dead, 1 not run; tokens 5230 in, 1210 out, 2 attempts of unknown
+// cost" (the last part only when there are such attempts).
+func (c Counts) String() string {
+	s := fmt.Sprintf("%d items: %d succeeded, %d dead, %d not run; tokens %d in, %d out",
+		c.Total(), c.Succeeded, c.Dead, c.NotRun, c.Usage.InputTokens, c.Usage.OutputTokens)
+	if c.UsageUnknown > 0 {
+		s += fmt.Sprintf(", %d attempts of unknown cost", c.UsageUnknown)
+	}
+	return s
+}
 
 // Runner sends items through a Chain, at most Concurrency at a time, and
 // routes each item's failures by their advice (see the package
@@ -166,6 +187,9 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	sinkErr := g.Wait()
 
 	b.mu.Lock()
+	b.usageMu.Lock()
+	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown
+	b.usageMu.Unlock()
 	counts := b.counts
 	b.mu.Unlock()
 	switch {
@@ -206,6 +230,17 @@ func (r *Runner[Req, Resp]) begin() (*state[Req, Resp], error) {
 		return nil, err
 	}
 	b := &state[Req, Resp]{r: r, concurrency: r.Concurrency, pending: r.Pending, runs: r.Runs, waits: r.Waits}
+	// The batch's own copy of the chain hears every attempt, to total
+	// what the run cost; the caller's OnAttempt still hears them all.
+	chain := *r.Chain
+	hook := chain.OnAttempt
+	chain.OnAttempt = func(ctx context.Context, a llmretry.Attempt) {
+		b.cost(a)
+		if hook != nil {
+			hook(ctx, a)
+		}
+	}
+	b.chain = &chain
 	if b.concurrency == 0 {
 		b.concurrency = DefaultConcurrency
 	}
@@ -231,6 +266,11 @@ type state[Req, Resp any] struct {
 	runs        int
 	waits       []time.Duration
 	slots       chan struct{} // one token per item in a run
+	chain       *llmretry.Chain[Req, Resp]
+
+	usageMu      sync.Mutex // guards usage and usageUnknown, added to apart from the callbacks' lock
+	usage        llmretry.Usage
+	usageUnknown int
 
 	mu     sync.Mutex // serialises the callbacks and guards counts
 	counts Counts
@@ -252,7 +292,7 @@ func (b *state[Req, Resp]) run(item Item[Req]) error {
 			return b.notRun(item, err)
 		}
 		var resp Resp
-		resp, err = b.r.Chain.Do(b.ctx, item.Req)
+		resp, err = b.chain.Do(b.ctx, item.Req)
 		<-b.slots
 		switch {
 		case err == nil:
@@ -352,8 +392,19 @@ func (b *state[Req, Resp]) notRun(item Item[Req], last error) error {
 	return nil
 }
 
+// cost adds what attempt a cost to the run's total.
+func (b *state[Req, Resp]) cost(a llmretry.Attempt) {
+	u, unknown := llmretry.TotalUsage([]llmretry.Attempt{a})
+	b.usageMu.Lock()
+	b.usage, b.usageUnknown = b.usage.Add(u), b.usageUnknown+unknown
+	b.usageMu.Unlock()
+}
+
 // progress reports the counts; b.mu is held.
 func (b *state[Req, Resp]) progress() {
+	b.usageMu.Lock()
+	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown
+	b.usageMu.Unlock()
 	if b.r.OnProgress != nil {
 		b.r.OnProgress(b.counts)
 	}

@@ -81,12 +81,22 @@ func (f *fake) call(ctx context.Context, id string) (string, error) {
 			return "", ctx.Err()
 		}
 	}
+	// Every call that ran its course was billed, failed ones included.
+	llmretry.ReportUsage(ctx, perCall)
 	if s := f.script[id]; len(s) > 0 {
 		if err := s[min(n, len(s))-1]; err != nil {
 			return "", err
 		}
 	}
 	return "answer " + id, nil
+}
+
+// perCall is what the fake reports each call that ran its course cost.
+var perCall = llmretry.Usage{InputTokens: 10, OutputTokens: 3}
+
+// billed is what n calls of the fake cost.
+func billed(n int) llmretry.Usage {
+	return llmretry.Usage{InputTokens: perCall.InputTokens * int64(n), OutputTokens: perCall.OutputTokens * int64(n)}
 }
 
 // chain is a one-backend chain without retries of its own, so that each
@@ -214,6 +224,7 @@ func TestRouting(t *testing.T) {
 				if tc.wantDead > 0 {
 					want = batch.Counts{Dead: 1}
 				}
+				want.Usage = billed(len(f.runs["x"]))
 				if counts != want {
 					t.Errorf("Run() counts = %+v, want %+v", counts, want)
 				}
@@ -365,7 +376,8 @@ func TestCountsAddUp(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run() error = %v, want nil", err)
 		}
-		want := batch.Counts{Succeeded: 50, Dead: 50}
+		// Dead items' runs are billed too: the total is every call's.
+		want := batch.Counts{Succeeded: 50, Dead: 50, Usage: billed(f.calls)}
 		if counts != want {
 			t.Errorf("Run() counts = %+v, want %+v", counts, want)
 		}
@@ -550,7 +562,9 @@ func TestCancelDuringLastRun(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("Run() error = %v, want context.Canceled", err)
 		}
-		if want := (batch.Counts{Dead: 1, NotRun: 1}); counts != want {
+		// The two runs that ended were billed; the one cut short by the
+		// cancellation may have been: its cost is unknown.
+		if want := (batch.Counts{Dead: 1, NotRun: 1, Usage: billed(2), UsageUnknown: 1}); counts != want {
 			t.Errorf("Run() counts = %+v, want %+v", counts, want)
 		}
 		if last, ok := rec.notRun["busy"]; !ok || !errors.As(last, new(*llmretry.Cancelled)) {

@@ -33,6 +33,8 @@ type runRecord struct {
 	Outcome       string             `json:"outcome"`
 	ItemRetryable bool               `json:"item_retryable"`
 	Error         string             `json:"error"`
+	Usage         *llmretry.Usage    `json:"usage,omitempty"`
+	UsageUnknown  int                `json:"usage_unknown"`
 	Attempts      []llmretry.Attempt `json:"attempts"`
 }
 
@@ -44,7 +46,15 @@ func recordOf(t *testing.T, err error, outcome string) runRecord {
 	if !errors.As(err, &ex) {
 		t.Fatalf("Err = %T, want an *Exhausted", err)
 	}
-	return runRecord{Outcome: outcome, ItemRetryable: llmretry.RetryItem(err), Error: err.Error(), Attempts: ex.Attempts}
+	total, unknown := llmretry.TotalUsage(ex.Attempts)
+	rec := runRecord{Outcome: outcome, ItemRetryable: llmretry.RetryItem(err), Error: err.Error(), UsageUnknown: unknown, Attempts: ex.Attempts}
+	for _, a := range ex.Attempts {
+		if a.Usage != nil {
+			rec.Usage = &total
+			break
+		}
+	}
+	return rec
 }
 
 // sameText compares errors by their text: a decoded attempt's error is a
@@ -211,11 +221,11 @@ func TestDeadLetterJSON(t *testing.T) {
 			`{"id":"c","why":"not_retryable","runs":1,"error":{"error":"refused: Authorization: Bearer REDACTED"},"earlier":[],"omitted":0}`},
 		{"nil", batch.DeadLetter{ID: "d"}, `{"id":"d","why":"","runs":0,"error":null,"earlier":[],"omitted":0}`},
 		{"core", batch.DeadLetter{ID: "e", Why: batch.WhyRunsUsed, Runs: 1, Err: &llmretry.Exhausted{}},
-			`{"id":"e","why":"runs_used","runs":1,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","attempts":[]},"earlier":[],"omitted":0}`},
+			`{"id":"e","why":"runs_used","runs":1,"error":{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","usage_unknown":0,"attempts":[]},"earlier":[],"omitted":0}`},
 		{"earlier", batch.DeadLetter{ID: "f", Why: batch.WhyRunsUsed, Runs: 9, Err: errors.New("run 9"),
 			Earlier: []error{errors.New("run 1"), &llmretry.Exhausted{}, nil, errors.New("run 8 key=sk-abcdefghijklmnopqrstuvwxyz012345")}, Omitted: 4},
 			`{"id":"f","why":"runs_used","runs":9,"error":{"error":"run 9"},"earlier":[{"error":"run 1"},` +
-				`{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","attempts":[]},null,{"error":"run 8 key=REDACTED"}],"omitted":4}`},
+				`{"outcome":"exhausted","item_retryable":true,"error":"llmretry: exhausted before any attempt: every backend failed; add a backend or widen the retry waits","usage_unknown":0,"attempts":[]},null,{"error":"run 8 key=REDACTED"}],"omitted":4}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -20,10 +20,13 @@ func Example() {
 		runs[prompt]++ // Concurrency 1 below, so no lock is needed
 		switch {
 		case prompt == "a long essay":
-			return "", llmretry.Truncation("It was the best of")
+			cut := llmretry.Truncation("It was the best of")
+			cut.Usage = &llmretry.Usage{InputTokens: 10, OutputTokens: 100} // billed in full
+			return "", cut
 		case prompt == "a haiku" && runs[prompt] == 1:
 			return "", llmretry.StatusFailure(503, nil, errors.New("overloaded"))
 		}
+		llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 10, OutputTokens: 20}) // as an adapter does for its answers
 		return "an answer to " + prompt, nil
 	}
 	chain := &llmretry.Chain[string, string]{
@@ -49,7 +52,7 @@ func Example() {
 		{ID: "q3", Req: "a haiku"},
 	}
 	counts, err := r.Run(context.Background(), slices.Values(items))
-	fmt.Printf("%+v %v\n", counts, err)
+	fmt.Println(counts, err)
 	// Items finish in any order, even one at a time: a dead letter may be
 	// written before an earlier item's answer is handed over.
 
@@ -57,5 +60,5 @@ func Example() {
 	// q1: an answer to a question
 	// q2: dead after 1 run(s), item retryable: false
 	// q3: an answer to a haiku
-	// {Succeeded:2 Dead:1 NotRun:0} <nil>
+	// 3 items: 2 succeeded, 1 dead, 0 not run; tokens 30 in, 140 out <nil>
 }

@@ -1,0 +1,89 @@
+package llmretry
+
+import "context"
+
+// Usage is what a provider reported that one attempt cost, in tokens. A
+// record's Usage is nil when the provider reported none: unknown, which
+// is not zero (a timed-out attempt may still have been billed).
+type Usage struct {
+	InputTokens       int64 `json:"input_tokens"`                  // prompt tokens, cached ones included
+	OutputTokens      int64 `json:"output_tokens"`                 // completion tokens, reasoning ones included
+	CachedInputTokens int64 `json:"cached_input_tokens,omitempty"` // of InputTokens, read from the provider's cache; 0 when not given
+	ReasoningTokens   int64 `json:"reasoning_tokens,omitempty"`    // of OutputTokens, spent on reasoning; 0 when not given
+}
+
+// Add returns the field-by-field sum of u and v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{
+		InputTokens:       u.InputTokens + v.InputTokens,
+		OutputTokens:      u.OutputTokens + v.OutputTokens,
+		CachedInputTokens: u.CachedInputTokens + v.CachedInputTokens,
+		ReasoningTokens:   u.ReasoningTokens + v.ReasoningTokens,
+	}
+}
+
+// ReportUsage tells the chain what the attempt running under ctx cost, as
+// the provider reported it: a response's usage block, or a stream's usage
+// event. The attempt's record carries it as [Attempt.Usage]. Of several
+// reports the last wins, and the Usage of a [*Failure] the Call returns
+// wins over all of them. A backend's Call makes its reports before it
+// returns; one made after is not seen. With a nil ctx or a context that is
+// not an attempt's it does nothing; in nested chains it reports to the
+// innermost attempt, whose backend the response came from. It is safe to
+// call from any goroutine.
+func ReportUsage(ctx context.Context, u Usage) {
+	if ctx == nil {
+		return
+	}
+	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	if a == nil {
+		return
+	}
+	a.limitsMu.Lock()
+	a.usage = &u
+	a.limitsMu.Unlock()
+}
+
+// reportedUsage is the usage the attempt's Call reported, nil when none.
+func (a *attemptCtx) reportedUsage() *Usage {
+	a.limitsMu.Lock()
+	defer a.limitsMu.Unlock()
+	return a.usage
+}
+
+// TotalUsage sums the usage the attempts' records carry, and counts the
+// attempts whose cost is unknown: sent (not skipped), with no Usage and
+// no HTTP status. Among failures those are the ones no response was seen
+// for (a timeout or a cut connection, which the provider may have
+// billed); a success among them is one whose backend reported no usage.
+// An attempt answered with an error status and no usage is not counted:
+// providers do not bill a request they refused. In nested chains an inner chain's
+// records are counted through the attempt that ran them.
+func TotalUsage(attempts []Attempt) (total Usage, unknown int) {
+	for i := range attempts {
+		a := &attempts[i]
+		switch {
+		case a.Usage != nil:
+			total = total.Add(*a.Usage)
+		case !a.Skipped && a.Status == 0:
+			unknown++
+		}
+	}
+	return total, unknown
+}
+
+// knownUsage is the total usage of the attempts that carry one, and
+// whether any does.
+func knownUsage(attempts []Attempt) (*Usage, bool) {
+	var total Usage
+	known := false
+	for i := range attempts {
+		if u := attempts[i].Usage; u != nil {
+			total, known = total.Add(*u), true
+		}
+	}
+	if !known {
+		return nil, false
+	}
+	return &total, true
+}

@@ -1,0 +1,155 @@
+package llmretry_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmretry/llmretry"
+)
+
+// Each record carries what its attempt cost: the last report of the
+// Call, or the Usage of the Failure it returned, which wins; an attempt
+// that reported nothing has none (unknown, not zero).
+func TestAttemptUsage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		billed := &llmretry.Usage{InputTokens: 100, OutputTokens: 50}
+		a := newFake("a", func(ctx context.Context, n int) error {
+			switch n {
+			case 1: // a stream cut after its usage event
+				llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 1, OutputTokens: 1})
+				llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 100, OutputTokens: 7})
+				return busy("cut")
+			case 2: // a truncation is billed in full
+				llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 9, OutputTokens: 9})
+				f := llmretry.Truncation("partial")
+				f.Usage = billed
+				return f
+			}
+			return nil
+		})
+		b := newFake("b", func(ctx context.Context, n int) error {
+			if n == 1 {
+				return context.DeadlineExceeded // nothing reported: unknown
+			}
+			llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 100, OutputTokens: 20, CachedInputTokens: 80, ReasoningTokens: 5})
+			return nil
+		})
+		rec := newRecorder()
+		c := &chain{
+			Backends: []backend{
+				{Model: "a", Call: a.Call, Retry: waits(0)},
+				{Model: "b", Call: b.Call, Retry: waits(0)},
+			},
+			OnAttempt: rec.OnAttempt,
+		}
+		if _, err := c.Do(context.Background(), "hi"); err != nil {
+			t.Fatalf("Do() error = %v", err)
+		}
+		seen, _ := rec.seen()
+		var got []*llmretry.Usage
+		for _, a := range seen {
+			got = append(got, a.Usage)
+		}
+		want := []*llmretry.Usage{
+			{InputTokens: 100, OutputTokens: 7},
+			{InputTokens: 100, OutputTokens: 50},
+			nil,
+			{InputTokens: 100, OutputTokens: 20, CachedInputTokens: 80, ReasoningTokens: 5},
+		}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("records' usage differs (-want +got):\n%s", d)
+		}
+		billed.InputTokens = 0
+		if seen[1].Usage.InputTokens != 100 {
+			t.Errorf("record's usage changed with the backend's Failure: the record must keep its own copy")
+		}
+		total, unknown := llmretry.TotalUsage(seen)
+		if d := cmp.Diff(llmretry.Usage{InputTokens: 300, OutputTokens: 77, CachedInputTokens: 80, ReasoningTokens: 5}, total); d != "" || unknown != 1 {
+			t.Errorf("TotalUsage = %+v, %d unknown; want (-want +got):\n%s, 1 unknown", total, unknown, d)
+		}
+	})
+}
+
+// Usage is in an attempt's JSON and slog value only when known, and the
+// error's JSON gives the total and the count of unknown costs.
+func TestUsageEncoding(t *testing.T) {
+	u := &llmretry.Usage{InputTokens: 12, OutputTokens: 3}
+	a := llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTruncated, Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable, Usage: u}
+	b, err := json.Marshal(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"usage":{"input_tokens":12,"output_tokens":3}`) {
+		t.Errorf("json = %s, want usage with input and output tokens and no zero extras", b)
+	}
+	var back llmretry.Attempt
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(u, back.Usage); d != "" {
+		t.Errorf("usage after a round trip differs (-want +got):\n%s", d)
+	}
+	if err := json.Unmarshal([]byte(`{"usage":7}`), &back); err == nil || !strings.Contains(err.Error(), `"usage"`) {
+		t.Errorf("decoding usage 7: error = %v, want one naming the field", err)
+	}
+	a.Usage = nil
+	b, _ = json.Marshal(a)
+	if strings.Contains(string(b), "usage") {
+		t.Errorf("json = %s, want no usage key when unknown", b)
+	}
+
+	var logs bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logs, nil)).Info("x", "attempt", llmretry.Attempt{Model: "a", Try: 1, Usage: &llmretry.Usage{InputTokens: 4, OutputTokens: 2, ReasoningTokens: 1}})
+	if !strings.Contains(logs.String(), `"usage":{"input_tokens":4,"output_tokens":2,"reasoning_tokens":1}`) {
+		t.Errorf("slog = %s, want the usage group", logs.String())
+	}
+
+	timedOut := llmretry.Attempt{Model: "b", Try: 1, Kind: llmretry.KindTimeout, Next: llmretry.NextStop, Why: llmretry.WhyWaitsUsed, Start: time.Unix(0, 0).UTC()}
+	rejected := llmretry.Attempt{Model: "c", Try: 1, Kind: llmretry.KindRejected, Status: 400, Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable, Start: time.Unix(0, 0).UTC()}
+	truncated := llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindTruncated, Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable, Usage: u, Start: time.Unix(0, 0).UTC()}
+	err = &llmretry.Exhausted{Attempts: []llmretry.Attempt{truncated, truncated, timedOut, rejected}}
+	b, _ = json.Marshal(err)
+	var rec struct {
+		Usage        *llmretry.Usage `json:"usage"`
+		UsageUnknown int             `json:"usage_unknown"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(&llmretry.Usage{InputTokens: 24, OutputTokens: 6}, rec.Usage); d != "" || rec.UsageUnknown != 1 {
+		t.Errorf("error json usage %+v, unknown %d; want 24/6 and 1 unknown (the timeout, not the 400):\n%s", rec.Usage, rec.UsageUnknown, d)
+	}
+	b, _ = json.Marshal(&llmretry.Exhausted{Attempts: []llmretry.Attempt{rejected}})
+	if strings.Contains(string(b), `"usage":`) {
+		t.Errorf("json = %s, want no usage total when no attempt carries one", b)
+	}
+}
+
+// An inner chain's records are what the outer attempt that ran it cost.
+func TestNestedUsage(t *testing.T) {
+	inner := &chain{Backends: []backend{{Model: "in", Call: func(ctx context.Context, req string) (string, error) {
+		f := llmretry.Truncation("cut")
+		f.Usage = &llmretry.Usage{InputTokens: 5, OutputTokens: 5}
+		return "", f
+	}}}}
+	rec := newRecorder()
+	outer := &chain{
+		Backends:  []backend{{Model: "out", Call: inner.Do}, {Model: "next", Call: newFake("next", answers).Call}},
+		OnAttempt: rec.OnAttempt,
+	}
+	if _, err := outer.Do(context.Background(), "hi"); err != nil {
+		t.Fatalf("Do() error = %v", err)
+	}
+	seen, _ := rec.seen()
+	if d := cmp.Diff(&llmretry.Usage{InputTokens: 5, OutputTokens: 5}, seen[0].Usage); d != "" {
+		t.Errorf("outer record's usage differs (-want +got):\n%s", d)
+	}
+}
