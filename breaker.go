@@ -156,7 +156,8 @@ type Breaker struct {
 	storeErrs  int64
 	storeErr   error
 	storeDown  bool
-	watchStop  func() // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
+	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
+	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 }
 
 // admission is a request the breaker let through.
@@ -256,7 +257,31 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 }
 
 // decideAdmit is admit's decision, on the state b holds; b.mu is held.
+// With a Store, a waiting call stands in the fleet's line until it is let
+// through.
 func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
+	fleet := b.fleetLine() && w != nil
+	if fleet {
+		b.enlist(w, now)
+	}
+	v := b.decideTurn(now, w)
+	if fleet && v.pass {
+		b.delist(w)
+	}
+	return v
+}
+
+// isFirst reports whether w, nil for a call not in line, is the first in
+// line at now: the local line's, or with a Store the fleet's.
+func (b *Breaker) isFirst(now time.Time, w *breakerWaiter) bool {
+	if b.fleetLine() {
+		return b.fleetFirst(now, w)
+	}
+	return b.first(now) == w
+}
+
+// decideTurn is decideAdmit's rules; b.mu is held.
+func (b *Breaker) decideTurn(now time.Time, w *breakerWaiter) verdict {
 	switch {
 	case b.until.IsZero() && w != nil && w.turn.After(now):
 		return verdict{held: true, until: w.turn, changed: b.notifier()}
@@ -267,7 +292,7 @@ func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
 		return b.pass(now, false)
 	case now.Before(b.until):
 		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
-	case b.probing || b.first(now) != w:
+	case b.probing || !b.isFirst(now, w):
 		// Half-open, but the probe is someone else's: the waiting call
 		// that began first goes before anyone who just arrived.
 		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
@@ -442,6 +467,9 @@ func (b *Breaker) counts(a admission) bool {
 // ahead is the number of calls in line before w that have come to the
 // breaker at now: all of those in line when w is not in it.
 func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
+	if b.fleetLine() {
+		return b.fleetAhead(now, w)
+	}
 	k := 0
 	for _, x := range b.waiters {
 		if x == w {
@@ -566,6 +594,11 @@ func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 func (b *Breaker) leave(w *breakerWaiter) {
 	if w == nil {
 		return
+	}
+	if b.Store != nil && b.inFleetLine(w) {
+		// It gave up waiting: out of the fleet's line too, or it holds
+		// the others up until its place there runs out.
+		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
