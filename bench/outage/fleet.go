@@ -7,6 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+
 	"github.com/llmretry/llmretry/breakerstore"
 )
 
@@ -67,6 +72,8 @@ func fleetOf(n, mode int, shared bool) func(e *Env) doFunc {
 		}
 		procs := make([]doFunc, n)
 		for i := range procs {
+			// A nil *Memory in the interface would be a store that is
+			// there: pass a nil interface for none.
 			if store != nil {
 				procs[i] = llmRetryChainOf(e, mode, store)
 			} else {
@@ -98,5 +105,35 @@ func WriteFleetMarkdown(w io.Writer, sc *Scenario, sizes []int, results [][]*Res
 	}
 	b.WriteString("\n")
 	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteFleetSVG draws one scenario played by a fleet of n processes, one
+// line per row: requests sent per 10 s above, requests answered 429 per
+// 10 s (by when they were sent) below.
+func WriteFleetSVG(w io.Writer, sc *Scenario, n int, results []*Result) error {
+	top, err := series(results, func(r *Result) []int { return r.SentBins })
+	if err != nil {
+		return err
+	}
+	top.Title.Text = fmt.Sprintf("%s over %d processes", sc.Name, n)
+	top.Y.Label.Text = "requests sent per 10 s"
+	bottom, err := series(results, func(r *Result) []int {
+		b := make([]int, max(len(r.Bins429), len(r.SentBins)))
+		copy(b, r.Bins429)
+		return b
+	})
+	if err != nil {
+		return err
+	}
+	bottom.Y.Label.Text = "requests answered 429 per 10 s (by send)"
+	bottom.X.Label.Text = "minutes since the start of the run"
+	top.X.Max = max(top.X.Max, bottom.X.Max)
+	bottom.X.Max = top.X.Max
+	c := vgsvg.New(9*vg.Inch, 6*vg.Inch)
+	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, draw.New(c))
+	top.Draw(canvases[0][0])
+	bottom.Draw(canvases[1][0])
+	_, err = c.WriteTo(w)
 	return err
 }
