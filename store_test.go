@@ -343,3 +343,76 @@ func TestSharedStateJSON(t *testing.T) {
 		t.Errorf("after a JSON round trip (-want +got):\n%s", diff)
 	}
 }
+
+// A Breaker with a Store needs a Key, and no negative StoreTimeout or
+// ProbeLease.
+func TestSharedBreakerValidate(t *testing.T) {
+	store := &breakerstore.Memory{}
+	tests := []struct {
+		name string
+		br   *llmretry.Breaker
+		want string // "" for valid
+	}{
+		{name: "keyed", br: &llmretry.Breaker{Store: store, Key: "k"}},
+		{name: "no_key", br: &llmretry.Breaker{Store: store}, want: "llmretry: backend 0 (a): breaker store has no key"},
+		{name: "negative_timeout", br: &llmretry.Breaker{Store: store, Key: "k", StoreTimeout: -ms}, want: "llmretry: backend 0 (a): breaker store timeout or probe lease is negative"},
+		{name: "negative_lease", br: &llmretry.Breaker{Store: store, Key: "k", ProbeLease: -ms}, want: "llmretry: backend 0 (a): breaker store timeout or probe lease is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &chain{Backends: []backend{{Model: "a", Call: newDesk("a", takes(0)).Call, Breaker: tc.br}}}
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			checkConfigErr(t, "Validate()", err, tc.want)
+		})
+	}
+}
+
+// The fleet's line decides who goes first: the call that began first,
+// whichever process it is in. Two calls wait on a half-open backend,
+// the earlier in the second process; it gets the probe even though the
+// first process's call asked at the same instant.
+func TestSharedBreakerFleetLine(t *testing.T) {
+	tests := []struct {
+		name  string
+		share bool
+		want  []sent
+	}{
+		{name: "shared", share: true, want: []sent{{30 * sec, "early"}, {35 * sec, "late"}}},
+		// Apart, each process probes on its own.
+		{name: "apart", share: false, want: []sent{{30 * sec, "early"}, {30 * sec, "late"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				brs := fleet(2, tc.share, &breakerstore.Memory{})
+				tripFor(t, brs[0], 30*sec)
+				if !tc.share {
+					tripFor(t, brs[1], 30*sec)
+				}
+				a := newDesk("a", takes(5*sec))
+				chains := make([]*chain, 2)
+				for i, br := range brs {
+					chains[i] = &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+				}
+				a.start = time.Now()
+				late := doAt(t.Context(), chains[0], 20*sec, "late")
+				early := doAt(t.Context(), chains[1], 10*sec, "early")
+				for _, o := range []<-chan outcome{late, early} {
+					if r := <-o; r.err != nil {
+						t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+					}
+				}
+				if diff := cmp.Diff(tc.want, a.log(), cmpopts.SortSlices(func(x, y sent) bool { return x.Req < y.Req })); diff != "" {
+					t.Errorf("requests to the primary (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
