@@ -108,6 +108,37 @@ const DefaultCooldown = 30 * time.Second
 // half-open those rules decide alone. Set NoPacing to turn pacing off;
 // [BreakerState] still shows the freshest report.
 //
+// A Breaker given a Store shares its state with the Breakers of every
+// process that use the same store and Key, so that a fleet acts as one
+// Breaker by the rules above: five failures seen by any processes open
+// the backend for all, one probe goes through for the fleet, and S
+// counts the requests every process let through. The rules stay here;
+// the store keeps the state ([SharedState]) and changes it atomically:
+//
+//   - Each decision (to let a call through, to learn how it went) loads
+//     the state, decides on it, and writes it back by compare-and-swap,
+//     deciding again when another process wrote first. A decision that
+//     changes nothing writes nothing. So a request through a closed
+//     breaker costs four store calls; one that waits also loads the
+//     state each time another process changes it.
+//   - The line of waiting calls is the fleet's: each call waiting in any
+//     process stands in it, by when its Do began.
+//   - The half-open probe, each request let through, and each place in
+//     the line are leases of ProbeLease: a process that dies while it
+//     probes, sends or waits holds the others up no longer than that.
+//   - Waiting calls wake when the store says another process changed the
+//     state ([BreakerStore] Watch), or, when it cannot say, on a poll
+//     every half second.
+//   - A store that fails, or takes longer than StoreTimeout for one
+//     decision, fails no call: the Breaker decides from the state it last
+//     held, counts it in [BreakerState] StoreErrors and shows
+//     StoreUnavailable until a store call succeeds again; every decision
+//     asks the store afresh. What was decided locally meanwhile is not
+//     shared: once the store answers, its state wins.
+//
+// With a Store, [Breaker.State] reads the state as this process last
+// loaded it, and Opened counts the fleet's openings.
+//
 // Failures, Cooldown and NoPacing are read without the lock (as are Store, Key, StoreTimeout and ProbeLease): set them
 // before the breaker's first use and do not change them after.
 type Breaker struct {
@@ -121,7 +152,7 @@ type Breaker struct {
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
 	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
-	ProbeLease   time.Duration // how long a request let through counts in flight in Store when its process never says; 0 means DefaultProbeLease
+	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	fails   int              // consecutive retryable failures

@@ -144,9 +144,11 @@ type SharedBucket struct {
 // it when its StoreTimeout is zero.
 const DefaultStoreTimeout = 50 * time.Millisecond
 
-// DefaultProbeLease is how long a probe (or any request let through) of a
-// [Breaker] with a Store counts as in flight when its process never says
-// how it went, when ProbeLease is zero.
+// DefaultProbeLease is how long a probe, any other request let through,
+// or a waiting call's place in line, of a [Breaker] with a Store, holds
+// when its process never says how it went (it died), when ProbeLease is
+// zero: longer than a model's slowest answer, so that a probe still in
+// flight is not taken for dead.
 const DefaultProbeLease = 2 * time.Minute
 
 // maxStoreTries bounds the loads and writes of one decision when other
