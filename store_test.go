@@ -416,3 +416,55 @@ func TestSharedBreakerFleetLine(t *testing.T) {
 		})
 	}
 }
+
+// oddStore is a store whose every compare-and-swap finds the state
+// changed (busy), or whose state is of a format newer than this
+// package's (newer).
+type oddStore struct {
+	breakerstore.Memory
+	busy, newer bool
+}
+
+func (s *oddStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+	st, ver, err := s.Memory.Load(ctx, key)
+	if s.newer {
+		st.Format = llmretry.SharedFormat + 1
+	}
+	return st, ver, err
+}
+
+func (s *oddStore) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+	if s.busy {
+		return false, nil
+	}
+	return s.Memory.CompareAndSwap(ctx, key, version, next)
+}
+
+// A store that another process changes on every try, or that holds a
+// state this package cannot read, is a failing store: the call goes
+// through on the local state, and the failure is counted.
+func TestSharedBreakerStoreCannotBeUsed(t *testing.T) {
+	tests := []struct {
+		name    string
+		store   *oddStore
+		errs    int64 // the letting through failed; how it went changed nothing to write when the store is busy
+		down    bool
+		wantErr string
+	}{
+		{name: "busy", store: &oddStore{busy: true}, errs: 1, down: false, wantErr: "llmretry: breaker store: the state changed on every try"},
+		{name: "newer_format", store: &oddStore{newer: true}, errs: 2, down: true, wantErr: "llmretry: breaker store: state of format 2, newer than 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			br := &llmretry.Breaker{Store: tc.store, Key: "k"}
+			c := &chain{Backends: []backend{{Model: "a", Call: newDesk("a", takes(0)).Call, Breaker: br}}}
+			if got, err := c.Do(t.Context(), "r"); got != "a: r" || err != nil {
+				t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: r")
+			}
+			st := br.State()
+			if st.StoreErrors != tc.errs || st.StoreUnavailable != tc.down || st.StoreErr == nil || st.StoreErr.Error() != tc.wantErr {
+				t.Errorf("State() = %+v, want %d store errors, unavailable %v, %q", st, tc.errs, tc.down, tc.wantErr)
+			}
+		})
+	}
+}
