@@ -79,6 +79,14 @@
 // inside another chain's attempt makes one attempt per backend, so retries
 // do not multiply; [Standalone] gives an unrelated inner chain its own.
 //
+// # Instrumentation
+//
+// [Chain.OnAttempt] hears every attempt as it ends; [Chain.OnAttemptStart]
+// gives each request a context of its own before it is sent (a trace
+// span, for the HTTP client's spans to hang under), and [Chain.WrapDo]
+// runs around each Do. contrib/otelretry uses them to trace and measure a
+// chain with OpenTelemetry in one call.
+//
 // # Secrets
 //
 // Everything this package renders from an error passes through [Redact],
