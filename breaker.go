@@ -108,12 +108,51 @@ const DefaultCooldown = 30 * time.Second
 // half-open those rules decide alone. Set NoPacing to turn pacing off;
 // [BreakerState] still shows the freshest report.
 //
-// Failures, Cooldown and NoPacing are read without the lock: set them
+// A Breaker given a Store shares its state with the Breakers of every
+// process that use the same store and Key, so that a fleet acts as one
+// Breaker by the rules above: five failures seen by any processes open
+// the backend for all, one probe goes through for the fleet, and S
+// counts the requests every process let through. The rules stay here;
+// the store keeps the state ([SharedState]) and changes it atomically:
+//
+//   - Each decision (to let a call through, to learn how it went) loads
+//     the state, decides on it, and writes it back by compare-and-swap,
+//     deciding again when another process wrote first. A decision that
+//     changes nothing writes nothing. So a request through a closed
+//     breaker costs four store calls; one that waits also loads the
+//     state each time another process changes it.
+//   - The line of waiting calls is the fleet's: each call waiting in any
+//     process stands in it, by when its Do began.
+//   - The half-open probe, each request let through, and each place in
+//     the line are leases of ProbeLease: a process that dies while it
+//     probes, sends or waits holds the others up no longer than that.
+//   - Waiting calls wake when the store says another process changed the
+//     state ([BreakerStore] Watch), or, when it cannot say, on a poll
+//     every half second.
+//   - A store that fails, or takes longer than StoreTimeout for one
+//     decision, fails no call: the Breaker decides from the state it last
+//     held, counts it in [BreakerState] StoreErrors and shows
+//     StoreUnavailable until a store call succeeds again; every decision
+//     asks the store afresh. What was decided locally meanwhile is not
+//     shared: once the store answers, its state wins.
+//
+// With a Store, [Breaker.State] reads the state as this process last
+// loaded it, and Opened counts the fleet's openings.
+//
+// Failures, Cooldown and NoPacing are read without the lock (as are Store, Key, StoreTimeout and ProbeLease): set them
 // before the breaker's first use and do not change them after.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s
 	NoPacing bool          // do not pace by rate-limit reports; false means pace
+
+	// Store, when set, keeps the state the fleet shares under Key, so
+	// that Breakers of every process with the same Key act as one; nil
+	// means this Breaker alone (see [BreakerStore]).
+	Store        BreakerStore
+	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
+	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
+	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	fails   int              // consecutive retryable failures
@@ -137,6 +176,19 @@ type Breaker struct {
 	inFlight  int         // admitted requests whose outcome has not been observed
 	admitSeq  uint64      // numbers the admissions
 	tokenUse  int64       // tokens a request uses, as the reports' drop says; 0 until known
+
+	// With a Store (store.go): the probe's lease, and how the store
+	// serves this Breaker.
+	probeOwner string    // who holds the probe: this Breaker's id and the probe's admission
+	probeUntil time.Time // when the probe's lease runs out; zero without a Store: it never does
+	id         string    // this Breaker's name in ProbeOwner, random; empty until first needed
+	version    int64     // the newest store version this Breaker has loaded
+	local      bool      // deciding from local state, the store having failed: tickets are marked local
+	storeErrs  int64
+	storeErr   error
+	storeDown  bool
+	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
+	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 }
 
 // admission is a request the breaker let through.
@@ -145,6 +197,8 @@ type admission struct {
 	seq  uint64
 	done bool      // its outcome was observed
 	back time.Time // when, with done
+
+	lease time.Time // with a Store, while not done: when it is taken as back if its process never says; zero: never
 }
 
 // maxAdmits bounds the admissions a breaker keeps. They pile up only
@@ -168,6 +222,11 @@ type BreakerState struct {
 	Remaining     int64     // the requests it said remained (R)
 	NextAdmission time.Time // when the provider admits the next request (T)
 	LetThrough    int       // the requests let through since the report's request was sent, and those in flight then (S)
+
+	// With a Store: how it has served this Breaker.
+	StoreErrors      int64 // store calls that failed or timed out, each a decision taken from local state
+	StoreUnavailable bool  // the last store call failed: the fleet's state is not shared now
+	StoreErr         error // the last store error; nil when none has failed
 }
 
 // State reads the breaker's state. A breaker past its open period is
@@ -175,7 +234,7 @@ type BreakerState struct {
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BreakerState{Failures: b.fails, Opened: b.opened}
+	st := BreakerState{Failures: b.fails, Opened: b.opened, StoreErrors: b.storeErrs, StoreUnavailable: b.storeDown, StoreErr: b.storeErr}
 	if !b.until.IsZero() {
 		st.Open, st.Until, st.Probing, st.Kind = true, b.until, b.probing, b.kind
 	}
@@ -220,8 +279,40 @@ type verdict struct {
 // admit answers a call that wants to send at now; w is the call's place
 // among the waiters, nil when it is not waiting.
 func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
+	if b.Store != nil {
+		return decideShared(b, now, func() verdict { return b.decideAdmit(now, w) })
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.decideAdmit(now, w)
+}
+
+// decideAdmit is admit's decision, on the state b holds; b.mu is held.
+// With a Store, a waiting call stands in the fleet's line until it is let
+// through.
+func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
+	fleet := b.fleetLine() && w != nil
+	if fleet {
+		b.enlist(w, now)
+	}
+	v := b.decideTurn(now, w)
+	if fleet && v.pass {
+		b.delist(w)
+	}
+	return v
+}
+
+// isFirst reports whether w, nil for a call not in line, is the first in
+// line at now: the local line's, or with a Store the fleet's.
+func (b *Breaker) isFirst(now time.Time, w *breakerWaiter) bool {
+	if b.fleetLine() {
+		return b.fleetFirst(now, w)
+	}
+	return b.first(now) == w
+}
+
+// decideTurn is decideAdmit's rules; b.mu is held.
+func (b *Breaker) decideTurn(now time.Time, w *breakerWaiter) verdict {
 	switch {
 	case b.until.IsZero() && w != nil && w.turn.After(now):
 		return verdict{held: true, until: w.turn, changed: b.notifier()}
@@ -232,21 +323,34 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 		return b.pass(now, false)
 	case now.Before(b.until):
 		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
-	case b.probing || b.first(now) != w:
+	case b.probing || !b.isFirst(now, w):
 		// Half-open, but the probe is someone else's: the waiting call
 		// that began first goes before anyone who just arrived.
 		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	}
 	b.probing = true
-	return b.pass(now, true)
+	v := b.pass(now, true)
+	if b.Store != nil {
+		b.probeOwner, b.probeUntil = b.probeName(v.ticket), now.Add(b.lease())
+	}
+	return v
 }
 
 // pass lets a request through at now, and counts it.
 func (b *Breaker) pass(now time.Time, probe bool) verdict {
 	b.admitSeq++
-	b.admits = append(b.admits, admission{at: now, seq: b.admitSeq})
+	a := admission{at: now, seq: b.admitSeq}
+	if b.local {
+		// Let through while the store failed: a number the fleet did not
+		// give, marked so that it never settles another's admission.
+		a.seq |= localTicket
+	}
+	if b.Store != nil {
+		a.lease = now.Add(b.lease())
+	}
+	b.admits = append(b.admits, a)
 	b.inFlight++
-	return verdict{pass: true, probe: probe, ticket: b.admitSeq}
+	return verdict{pass: true, probe: probe, ticket: a.seq}
 }
 
 // pace applies the pacing rules to a call that wants to send at now
@@ -394,6 +498,9 @@ func (b *Breaker) counts(a admission) bool {
 // ahead is the number of calls in line before w that have come to the
 // breaker at now: all of those in line when w is not in it.
 func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
+	if b.fleetLine() {
+		return b.fleetAhead(now, w)
+	}
 	k := 0
 	for _, x := range b.waiters {
 		if x == w {
@@ -508,6 +615,9 @@ func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 		return cmp.Compare(x.seq, y.seq)
 	})
 	b.waiters = slices.Insert(b.waiters, i, w)
+	if b.Store != nil && b.watchStop == nil {
+		b.watchStop = b.startWatch()
+	}
 	return w
 }
 
@@ -516,11 +626,20 @@ func (b *Breaker) leave(w *breakerWaiter) {
 	if w == nil {
 		return
 	}
+	if b.Store != nil && b.inFleetLine(w) {
+		// It gave up waiting: out of the fleet's line too, or it holds
+		// the others up until its place there runs out.
+		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if i := slices.Index(b.waiters, w); i >= 0 {
 		b.waiters = slices.Delete(b.waiters, i, i+1)
 		b.wake()
+	}
+	if len(b.waiters) == 0 && b.watchStop != nil {
+		b.watchStop()
+		b.watchStop = nil
 	}
 }
 
@@ -531,16 +650,33 @@ func (b *Breaker) leave(w *breakerWaiter) {
 // maxWait, none). ticket is the admission the verdict gave, and rep the
 // attempt's rate-limit report, if it made one (hasRep).
 func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
+	decide := func() struct{} {
+		b.decideObserve(now, ok, kind, hint, probe, maxWait, ticket, rep, hasRep)
+		return struct{}{}
+	}
+	if b.Store != nil {
+		decideShared(b, now, decide)
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	decide()
+}
+
+// decideObserve is observe's decision, on the state b holds; b.mu is
+// held.
+func (b *Breaker) decideObserve(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
 	if mw := maxWait; hasRep && mw > 0 && !rep.retryAt.IsZero() && rep.requests.next.After(now.Add(mw)) && !rep.retryAt.Before(rep.requests.next) {
 		// A retry-after past MaxWait is a broken server's, as for the
 		// open period: it must not hold the backend back longer.
 		rep.requests.next = now.Add(mw)
 	}
 	b.settle(now, ticket, rep, hasRep)
-	if probe {
-		b.probing = false
+	if probe && (b.Store == nil || b.probeOwner == b.probeName(ticket)) {
+		// With a Store, the probe is this one's only while its lease
+		// holds: once it ran out another may probe, and this late
+		// outcome must not end that one's.
+		b.probing, b.probeOwner, b.probeUntil = false, "", time.Time{}
 	}
 	defer b.wake()
 	switch {
