@@ -44,9 +44,9 @@ func TestMain(m *testing.M) {
 // worker. The times are far enough apart that no phase spills into the
 // next, and no assertion depends on them.
 const (
-	fleetN        = 4                      // worker processes
-	model         = "gpt-4o"               // the one deployment, and its breaker key
-	warmAt        = 0                      // one call per worker, so the breaker has a report before the burst
+	fleetN        = 4                       // worker processes
+	model         = "gpt-4o"                // the one deployment, and its breaker key
+	warmAt        = 0                       // one call per worker, so the breaker has a report before the burst
 	burstAt       = 1500 * time.Millisecond // burstCalls calls per worker at once
 	burstCalls    = 10
 	outageStart   = 7 * time.Second // the parent scripts 503s from here...
