@@ -108,12 +108,20 @@ const DefaultCooldown = 30 * time.Second
 // half-open those rules decide alone. Set NoPacing to turn pacing off;
 // [BreakerState] still shows the freshest report.
 //
-// Failures, Cooldown and NoPacing are read without the lock: set them
+// Failures, Cooldown and NoPacing are read without the lock (as are Store, Key, StoreTimeout and ProbeLease): set them
 // before the breaker's first use and do not change them after.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s
 	NoPacing bool          // do not pace by rate-limit reports; false means pace
+
+	// Store, when set, keeps the state the fleet shares under Key, so
+	// that Breakers of every process with the same Key act as one; nil
+	// means this Breaker alone (see [BreakerStore]).
+	Store        BreakerStore
+	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
+	StoreTimeout time.Duration // bounds each call to Store; 0 means DefaultStoreTimeout
+	ProbeLease   time.Duration // how long a request let through counts in flight in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	fails   int              // consecutive retryable failures
@@ -168,6 +176,11 @@ type BreakerState struct {
 	Remaining     int64     // the requests it said remained (R)
 	NextAdmission time.Time // when the provider admits the next request (T)
 	LetThrough    int       // the requests let through since the report's request was sent, and those in flight then (S)
+
+	// With a Store: how it has served this Breaker.
+	StoreErrors      int64 // store calls that failed or timed out, each a decision taken from local state
+	StoreUnavailable bool  // the last store call failed: the fleet's state is not shared now
+	StoreErr         error // the last store error; nil when none has failed
 }
 
 // State reads the breaker's state. A breaker past its open period is

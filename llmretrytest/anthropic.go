@@ -9,7 +9,12 @@ import (
 // anthropic speaks Messages as anthropic-sdk-go reads it: an error body
 // {"type":"error","error":{...}} becomes the SDK's API error; a stream is
 // named SSE events from message_start to message_stop, and an "error"
-// event ends the stream with an API error.
+// event ends the stream with an API error. Every answer reports its usage
+// as Anthropic does, input_tokens 10 (the server does not tokenize) and
+// one output token per text chunk: a JSON answer in its usage block; a
+// stream in message_start (input_tokens 10, output_tokens 1) and, at its
+// end, in message_delta (the final output_tokens), so a client that sees
+// a stream cut after message_start knows what it was billed so far.
 var anthropic = endpoint{
 	name:      "anthropic",
 	requestID: "Request-Id",
@@ -118,6 +123,8 @@ func anthropicStop(st Step) *string {
 	switch st.kind {
 	case kindTruncated:
 		return nullable("max_tokens")
+	case kindRefused:
+		return nullable("refusal")
 	case kindStreamUnfinished:
 		return nil
 	}

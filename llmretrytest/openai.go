@@ -133,6 +133,8 @@ func openAIFinish(st Step) *string {
 	switch st.kind {
 	case kindTruncated:
 		return nullable("length")
+	case kindRefused:
+		return nullable("content_filter")
 	case kindStreamUnfinished:
 		return nil
 	}

@@ -29,6 +29,7 @@ const (
 	kindEndlessBody
 	kindTrickle
 	kindPartialHeaders
+	kindRefused
 )
 
 // Step is one scripted response: what the server does with one request.
@@ -39,7 +40,7 @@ const (
 // many goroutines. The zero Step is Answer("").
 type Step struct {
 	kind    stepKind
-	text    string      // Answer, Truncated
+	text    string      // Answer, Truncated, Refuse
 	status  int         // Status
 	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
 	errType string      // StreamError; for Status, the bucket that refused a request (Limit)
@@ -53,6 +54,7 @@ type Step struct {
 //
 //	Answer(text)             "answer"
 //	Truncated(text)          "truncated"
+//	Refuse(text)             "refused"
 //	Status(503)              "status 503"
 //	InsufficientQuota()      "status 429 insufficient_quota"
 //	ContextLengthExceeded()  "status 400 context_length_exceeded"
@@ -77,6 +79,8 @@ func (s Step) String() string {
 		return "answer"
 	case kindTruncated:
 		return "truncated"
+	case kindRefused:
+		return "refused"
 	case kindStatus:
 		if s.errType != "" { // a refusal by the model's limits: "requests" or "tokens"
 			return statusName(s.status) + " " + s.errType
@@ -130,6 +134,13 @@ func Answer(text string) Step { return Step{kind: kindAnswer, text: text} }
 // with OpenAI's finish_reason "length" and Anthropic's stop_reason
 // "max_tokens".
 func Truncated(text string) Step { return Step{kind: kindTruncated, text: text} }
+
+// Refuse is an answer the model stopped because it refused the content:
+// as [Answer], with text the words it wrote before it stopped ("" for
+// none), but with Anthropic's stop_reason "refusal" and OpenAI's
+// finish_reason "content_filter". Both providers answer a refusal with
+// status 200 and usage, as they do an answer.
+func Refuse(text string) Step { return Step{kind: kindRefused, text: text} }
 
 // Status is an HTTP error response with code and the provider's error
 // body for it. OpenAI's body is {"error":{"message","type","param","code"}},
@@ -306,7 +317,7 @@ func (s Step) Every(d time.Duration) Step {
 // textChunks is the text a step streams, one chunk per element.
 func (s Step) textChunks() []string {
 	switch s.kind {
-	case kindAnswer, kindTruncated:
+	case kindAnswer, kindTruncated, kindRefused:
 		return splitWords(s.text)
 	case kindStreamDrop, kindStreamUnfinished, kindStreamStall:
 		chunks := make([]string, s.chunks)

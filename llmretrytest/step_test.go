@@ -17,6 +17,7 @@ func TestStepString(t *testing.T) {
 		{Step{}, "answer"},
 		{Answer("hi"), "answer"},
 		{Truncated("hi"), "truncated"},
+		{Refuse("hi"), "refused"},
 		{Status(503), "status 503"},
 		{Status(429).WithHeader("retry-after", "1").After(time.Second), "status 429"},
 		{InsufficientQuota(), "status 429 insufficient_quota"},

@@ -39,6 +39,12 @@ func TestJSONAnswers(t *testing.T) {
 		{"anthropic_truncated", "anthropic", Truncated("Once upon a"), `{"id":"msg_m_1","type":"message","role":"assistant","model":"m",
 			"content":[{"type":"text","text":"Once upon a"}],"stop_reason":"max_tokens","stop_sequence":null,
 			"usage":{"input_tokens":10,"output_tokens":3}}`},
+		{"openai_refused", "openai", Refuse("I can"), `{"id":"chatcmpl-m-1","object":"chat.completion","created":CREATED,"model":"m",
+			"choices":[{"index":0,"message":{"role":"assistant","content":"I can","refusal":null},"logprobs":null,"finish_reason":"content_filter"}],
+			"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`},
+		{"anthropic_refused", "anthropic", Refuse("I can"), `{"id":"msg_m_1","type":"message","role":"assistant","model":"m",
+			"content":[{"type":"text","text":"I can"}],"stop_reason":"refusal","stop_sequence":null,
+			"usage":{"input_tokens":10,"output_tokens":2}}`},
 		{"anthropic_empty", "anthropic", Answer(""), `{"id":"msg_m_1","type":"message","role":"assistant","model":"m",
 			"content":[],"stop_reason":"end_turn","stop_sequence":null,
 			"usage":{"input_tokens":10,"output_tokens":0}}`},
@@ -122,6 +128,8 @@ func TestStreams(t *testing.T) {
 			{"", oaRole}, {"", oaText("Hi")}, {"", oaFinish("stop")}, {"", "[DONE]"}}},
 		{name: "openai_truncated", api: "openai", step: Truncated("Once upon"), want: []ev{
 			{"", oaRole}, {"", oaText("Once ")}, {"", oaText("upon")}, {"", oaFinish("length")}, {"", oaUsage(2)}, {"", "[DONE]"}}},
+		{name: "openai_refused", api: "openai", step: Refuse("No"), want: []ev{
+			{"", oaRole}, {"", oaText("No")}, {"", oaFinish("content_filter")}, {"", oaUsage(1)}, {"", "[DONE]"}}},
 		{name: "openai_empty", api: "openai", step: Answer(""), want: []ev{
 			{"", oaRole}, {"", oaFinish("stop")}, {"", oaUsage(0)}, {"", "[DONE]"}}},
 		{name: "openai_stream_error", api: "openai", step: StreamError("server_error"), want: []ev{
@@ -141,6 +149,8 @@ func TestStreams(t *testing.T) {
 			{"message_start", anStart}, {"ping", anPing}, {"content_block_start", anBlock},
 			{"content_block_delta", anText("Once")},
 			{"content_block_stop", anBlockStop}, {"message_delta", anDelta("max_tokens", 1)}, {"message_stop", anStop}}},
+		{name: "anthropic_refused", api: "anthropic", step: Refuse(""), want: []ev{
+			{"message_start", anStart}, {"ping", anPing}, {"message_delta", anDelta("refusal", 0)}, {"message_stop", anStop}}},
 		{name: "anthropic_empty", api: "anthropic", step: Answer(""), want: []ev{
 			{"message_start", anStart}, {"ping", anPing}, {"message_delta", anDelta("end_turn", 0)}, {"message_stop", anStop}}},
 		{name: "anthropic_stream_error", api: "anthropic", step: StreamError("overloaded_error"), want: []ev{

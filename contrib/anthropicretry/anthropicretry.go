@@ -2,6 +2,7 @@ package anthropicretry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -24,9 +25,13 @@ import (
 // call sends exactly one HTTP request: the SDK's own retries are turned
 // off, whatever client was built with. Errors are mapped by [Failure]. A
 // reply that stopped at max_tokens (or at the model's context window) is a
-// [llmretry.Truncation], one with neither text nor tool use a
+// [llmretry.Truncation], one with stop_reason refusal a
+// [llmretry.Refusal], one with neither text nor tool use a
 // [llmretry.ParseFailure], and one without a stop_reason a transient
-// failure.
+// failure; each of them keeps the reply's text as the attempt's raw text.
+// The reply's usage is reported with [llmretry.ReportUsage] for an
+// answer and carried in the Failure (Failure.Usage) otherwise, with the
+// cache's tokens counted in InputTokens.
 //
 // The SDK refuses a non-streaming request that may run longer than ten
 // minutes (a large max_tokens) unless it is given a request timeout. The
@@ -58,33 +63,45 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 			if err != nil {
 				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
-			return complete(msg, textOf(msg))
+			return complete(ctx, msg, textOf(msg))
 		},
 	}
 }
 
 // MessagesStream returns a Backend that streams each request with
-// client.Messages.NewStreaming, hands every piece of text to emit as it
-// arrives, and answers with the whole [llmretry.Completion] once the stream
-// has ended properly. Raw is the *anthropic.Message accumulated from the
-// stream.
+// client.Messages.NewStreaming and answers with the whole
+// [llmretry.Completion] once the stream has ended properly. Raw is the
+// *anthropic.Message accumulated from the stream.
 //
+// With an emit, every piece of text is handed to emit as it arrives.
 // Before emit sees the first non-empty text, and again before every later
 // piece of text, the Backend calls [llmretry.Delivered], so a failure after
 // the caller has seen text is neither resent nor taken to another backend,
 // and Backend.StallTimeout measures the gaps between pieces of text. Only
 // text counts: a long tool call or thinking block that sends no text
-// counts as a stall. A nil emit drops the text but still marks delivery,
-// as if the caller had seen it.
+// counts as a stall.
 //
-// A stream is a success only when it ends with message_stop after a
-// stop_reason. An error event inside the stream is mapped by [Failure]; a
-// stream that stops early, cut or ending cleanly without message_stop or
-// stop_reason, is a transient failure. Every failure keeps the text
-// received so far as the attempt's raw text. Like [Messages], it sends one
-// HTTP request per call, maps max_tokens to a truncation and an answer
-// with neither text nor tool use to a parse failure, and model, when not
-// empty, replaces the parameters' Model.
+// With a nil emit, the answer is held until it is complete and nothing is
+// delivered: every event the stream brings (text, a tool call's input, a
+// thinking block; not the server's pings) is reported with
+// [llmretry.Progress], so Backend.StallTimeout measures the gaps between
+// events, and a stream that breaks off is retried or taken to the next
+// backend like any other failed request. Use it to stream only so that a
+// stalled answer can be cut, or in a gateway that replies once the answer
+// is whole.
+//
+// A stream is an answer once its message_delta brings a stop_reason: the
+// Backend returns then, without waiting for message_stop, which carries
+// nothing more, so a proxy that drops the last event or a server that
+// keeps the connection open cannot turn a whole answer into a failure. An
+// error event inside the stream is mapped by [Failure]; an event that does
+// not decode is a transient failure, as is a stream that stops before a
+// stop_reason, cut or ending cleanly. Every failure keeps the text
+// received so far as the attempt's raw text, and once message_start has
+// arrived it carries the usage reported so far (see
+// [llmretry.ReportUsage]). Like [Messages], it sends one HTTP request per
+// call, maps stop reasons as Messages does, and model, when not empty,
+// replaces the parameters' Model.
 //
 // The caller sets Retry, StallTimeout and, as an upper bound on a whole
 // answer, Timeout on the returned Backend. MessagesStream panics if build
@@ -108,42 +125,97 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 			reportLimits(ctx, resp)
 
 			var (
-				msg     anthropic.Message
-				text    strings.Builder
-				stopped bool
+				msg  anthropic.Message
+				text strings.Builder
+				// billed is set once message_start has brought the usage
+				// block: from then on msg.Usage is what the provider
+				// counts for this request, and a failure reports it.
+				billed bool
 			)
+			fail := func(err error) (llmretry.Completion, error) {
+				if billed {
+					llmretry.ReportUsage(ctx, usageOf(msg.Usage))
+				}
+				return llmretry.Completion{}, partial(err, text.String())
+			}
 			for stream.Next() {
 				ev := stream.Current()
 				if err := msg.Accumulate(ev); err != nil {
-					return llmretry.Completion{}, partial(fmt.Errorf("anthropicretry: malformed stream: %w", err), text.String())
+					return fail(malformed(err))
+				}
+				if emit == nil {
+					// Nothing reaches the caller before the end, so the
+					// attempt may still be sent again; it is alive.
+					llmretry.Progress(ctx)
 				}
 				switch ev.Type {
+				case "message_start":
+					billed = true
 				case "content_block_delta":
 					if ev.Delta.Type != "text_delta" || ev.Delta.Text == "" {
 						continue
 					}
 					text.WriteString(ev.Delta.Text)
-					// Mark before handing over: once the caller may hold
-					// the text, the attempt must never be sent again.
-					llmretry.Delivered(ctx)
 					if emit != nil {
+						// Mark before handing over: once the caller may
+						// hold the text, the attempt must never be sent
+						// again.
+						llmretry.Delivered(ctx)
 						emit(req, ev.Delta.Text)
 					}
+				case "message_delta":
+					if msg.StopReason == "" {
+						continue
+					}
+					// The answer is whole: only message_stop may follow,
+					// and it carries nothing. Finish the message as it
+					// would, so Raw's JSON holds the streamed content.
+					_ = msg.Accumulate(anthropic.MessageStreamEventUnion{Type: "message_stop"})
+					return complete(ctx, &msg, text.String())
 				case "message_stop":
-					stopped = true
+					// message_stop without a stop_reason before it:
+					// complete calls that cut short.
+					return complete(ctx, &msg, text.String())
 				}
 			}
 			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, partial(causeOf(ctx, err), text.String())
+				if isMalformed(err) {
+					err = malformed(err)
+				}
+				return fail(causeOf(ctx, err))
 			}
-			if !stopped {
-				// A stream that simply stops is not an answer: a proxy
-				// that dropped its end, or a server that crashed between
-				// events.
-				return llmretry.Completion{}, unfinished("anthropicretry: stream ended without message_stop", text.String())
-			}
-			return complete(&msg, text.String())
+			// A stream that simply stops is not an answer: a proxy that
+			// dropped its end, or a server that crashed between events.
+			return fail(&llmretry.Failure{Kind: llmretry.KindTransient, Err: errors.New("anthropicretry: stream ended before a stop_reason")})
 		},
+	}
+}
+
+// isMalformed reports whether err, from the SDK's stream, is an event
+// whose data does not decode, rather than a broken connection.
+func isMalformed(err error) bool {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	return errors.As(err, &syntax) || errors.As(err, &typ)
+}
+
+// malformed is the failure of a stream that brought an event it could
+// not read: a garbled event is most often a proxy's or a server's fault
+// of the moment, and another try may well read cleanly, so it is
+// transient. After delivery the chain ends on it all the same, with this
+// message naming what went wrong.
+func malformed(err error) *llmretry.Failure {
+	return &llmretry.Failure{Kind: llmretry.KindTransient, Err: fmt.Errorf("anthropicretry: malformed stream event: %w", err)}
+}
+
+// usageOf is the chain's Usage for what the provider reported. Anthropic
+// counts the prompt tokens read from and written to its cache apart from
+// input_tokens; the chain's InputTokens holds the whole prompt.
+func usageOf(u anthropic.Usage) llmretry.Usage {
+	return llmretry.Usage{
+		InputTokens:       u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens,
+		OutputTokens:      u.OutputTokens,
+		CachedInputTokens: u.CacheReadInputTokens,
 	}
 }
 
@@ -243,23 +315,40 @@ func usesTool(msg *anthropic.Message) bool {
 }
 
 // complete turns a finished message into the chain's answer, or into the
-// failure it stands for. text is the message's text.
-func complete(msg *anthropic.Message, text string) (llmretry.Completion, error) {
+// failure it stands for. text is the message's text. An answer's usage is
+// reported to the attempt under ctx; a failure carries its own, since a
+// cut, refused or unusable answer is billed all the same.
+func complete(ctx context.Context, msg *anthropic.Message, text string) (llmretry.Completion, error) {
+	usage := usageOf(msg.Usage)
+	var f *llmretry.Failure
 	switch msg.StopReason {
 	case "":
 		// Every finished message has a stop_reason; only a message still
 		// being generated lacks one, so this one was cut short.
-		return llmretry.Completion{}, unfinished("anthropicretry: answer has no stop_reason", text)
+		f = &llmretry.Failure{Kind: llmretry.KindTransient, Err: errors.New("anthropicretry: answer has no stop_reason")}
 	case anthropic.StopReasonMaxTokens, anthropic.StopReasonModelContextWindowExceeded:
 		// Cut off by a budget: the same request stops at the same place.
-		f := llmretry.Truncation(text)
+		f = llmretry.Truncation(text)
 		f.Err = errors.New("anthropicretry: stop_reason " + string(msg.StopReason))
+	case anthropic.StopReasonRefusal:
+		// The model's safety judgement, not a fault: the same content is
+		// refused again, and the chain decides whether another provider
+		// may see it.
+		f = llmretry.Refusal("stop_reason refusal")
+	default:
+		if text == "" && !usesTool(msg) {
+			// Nothing the caller could use; another sample may differ.
+			f = llmretry.ParseFailure(text, errors.New("anthropicretry: answer has no text and no tool use (stop_reason "+string(msg.StopReason)+")"))
+		}
+	}
+	if f != nil {
+		if text != "" {
+			f.RawText = &text
+		}
+		f.Usage = &usage
 		return llmretry.Completion{}, f
 	}
-	if text == "" && !usesTool(msg) {
-		// Nothing the caller could use; another sample may differ.
-		return llmretry.Completion{}, llmretry.ParseFailure(text, errors.New("anthropicretry: answer has no text and no tool use (stop_reason "+string(msg.StopReason)+")"))
-	}
+	llmretry.ReportUsage(ctx, usage)
 	return llmretry.Completion{
 		Model:        string(msg.Model),
 		Text:         text,
@@ -285,15 +374,6 @@ func partial(err error, text string) error {
 		// that it can carry the text.
 		f = &llmretry.Failure{Kind: llmretry.Classify(err), Err: err}
 	}
-	if text != "" {
-		f.RawText = &text
-	}
-	return f
-}
-
-// unfinished is a stream that ended cleanly before its end.
-func unfinished(msg, text string) error {
-	f := &llmretry.Failure{Kind: llmretry.KindTransient, Err: errors.New(msg)}
 	if text != "" {
 		f.RawText = &text
 	}

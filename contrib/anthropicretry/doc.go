@@ -58,17 +58,50 @@
 // provider's error type and message and the request id, with keys and
 // URL secrets redacted; errors.As still finds the *anthropic.Error
 // beneath it, in the attempt's record (Attempts[i].Err), not in the error
-// Do returns. 429, 5xx and 529 (overloaded) are
-// transient and retried; other 4xx, among them a prompt too long for the
-// model, are rejected and fail over at once. An error event inside a
-// stream that began with 200 is recorded with the status its type stands
-// for (529 for overloaded_error). Dropped and refused connections are left
-// to [llmretry.Classify], which calls them transient.
+// Do returns. What each outcome maps to:
 //
-// An answer cut off at max_tokens is a truncation, which fails over at
-// once and ends the chain with a *llmretry.Truncated whose records keep the
-// partial text. An answer with neither text nor tool use is a parse
-// failure, retried because another sample may differ.
+//	KindTransient (retried)
+//	    429, 5xx, 529 overloaded; error events overloaded_error,
+//	    api_error, rate_limit_error, timeout_error; a dropped or refused
+//	    connection (by [llmretry.Classify]); a stream event that does
+//	    not decode; a stream that stops before its stop_reason; an
+//	    answer without a stop_reason
+//	KindTimeout (retried)
+//	    an attempt ended by Backend.Timeout or Backend.StallTimeout
+//	KindRejected (fails over at once)
+//	    other 4xx, among them a prompt too long for the model; any
+//	    status with x-should-retry: false; 401, 403 and 404 whatever
+//	    x-should-retry says; error events
+//	    invalid_request_error, authentication_error, permission_error,
+//	    not_found_error, billing_error; a configuration error
+//	KindTruncated (fails over at once)
+//	    stop_reason max_tokens or model_context_window_exceeded
+//	KindRefused (ends the chain, unless Chain.FailOverRefused)
+//	    stop_reason refusal, as llmretry.Refusal("stop_reason refusal")
+//	KindParse (retried)
+//	    an answer with neither text nor tool use
+//	KindUnknown (fails over)
+//	    an error event of a type not listed
+//
+// An error event inside a stream that began with 200 is recorded with the
+// status its type stands for (529 for overloaded_error, 500 for
+// api_error, 429 for rate_limit_error). A truncation ends the chain with
+// a *llmretry.Truncated, a refusal with a *llmretry.Exhausted whose lever
+// says running it again will not help; the records of both, like those of
+// a parse failure or a broken stream, keep the text received as RawText.
+//
+// # Usage
+//
+// Every answer reports the usage the provider gave with
+// [llmretry.ReportUsage], so its record's Usage holds it: InputTokens is
+// the whole prompt, input_tokens plus cache_read_input_tokens plus
+// cache_creation_input_tokens (Anthropic counts the cache apart), and
+// CachedInputTokens the part read from the cache. A billed failure (a
+// truncation, a refusal, a parse failure) carries the same in
+// Failure.Usage, and a stream that breaks after message_start reports
+// what it had counted by then. A request that got no usage (an error
+// status, a dropped connection) has none in its record: unknown, not
+// zero.
 //
 // # Rate limits
 //
@@ -81,12 +114,17 @@
 //
 // # Streaming
 //
-// A stream counts as an answer only when it ends with message_stop after a
-// stop_reason; one that is cut, or ends cleanly before that, is a
-// transient failure whose record keeps the text received so far. Once the
-// first text has reached the caller, the attempt is marked with
-// [llmretry.Delivered], so a failure after that is returned at once rather
-// than sent again or taken to the next backend.
+// A stream counts as an answer once its message_delta brings a
+// stop_reason; the Backend does not wait for message_stop. One that is
+// cut, garbled or ends cleanly before that is a transient failure whose
+// record keeps the text received so far. With an emit, the first text
+// that reaches the caller marks the attempt with [llmretry.Delivered], so
+// a failure after that is returned at once rather than sent again or
+// taken to the next backend. With a nil emit the answer is held until it
+// is whole and each event is reported with [llmretry.Progress] instead:
+// Backend.StallTimeout still cuts a stream that goes quiet, and a stream
+// that breaks is retried or taken to the next backend, since nobody has
+// seen its text.
 //
 // # Concurrency
 //
