@@ -20,9 +20,8 @@ type listener struct {
 	config *pgx.ConnConfig // a copy of the pool's, for a connection of its own
 
 	mu       sync.Mutex
-	watchers map[string]chan struct{} // per key: closed at the key's next change; nil until someone watches
-	up       bool                     // LISTEN is in effect: a change now cannot go unnoticed
-	lost     int                      // connections lost (or never made) since the store began
+	watchers map[string]map[chan struct{}]bool // per key, the channels of its watchers
+	closed   bool                               // close has run: no more watchers
 	stop     context.CancelFunc
 	done     chan struct{}
 }
@@ -30,55 +29,74 @@ type listener struct {
 // newListener starts listening with a connection made from config.
 func newListener(config *pgx.ConnConfig) *listener {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &listener{config: config, watchers: make(map[string]chan struct{}), stop: stop, done: make(chan struct{})}
+	l := &listener{config: config, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{})}
 	go l.run(ctx)
 	return l
 }
 
-// watch returns a channel that is closed at the next change of key's row
-// by any process, or when the listener cannot tell (its connection was
-// lost and is back, so a change may have gone unnoticed). Watchers of
-// one key share one channel: a wake is a cue to read the row again.
-func (l *listener) watch(key string) <-chan struct{} {
+// watch returns a channel that receives a value at each change of key's
+// row by any process, and when the listener cannot tell (its connection
+// was lost and is back, so a change may have gone unheard), until ctx is
+// done or the listener is closed; then the channel is closed. A value
+// waiting unread stands for every change since: the channel holds one.
+// It reports false when the listener is closed.
+func (l *listener) watch(ctx context.Context, key string) (<-chan struct{}, bool) {
+	ch := make(chan struct{}, 1)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	ch := l.watchers[key]
-	if ch == nil {
-		ch = make(chan struct{})
-		l.watchers[key] = ch
+	if l.closed {
+		return nil, false
 	}
-	return ch
+	set := l.watchers[key]
+	if set == nil {
+		set = make(map[chan struct{}]bool)
+		l.watchers[key] = set
+	}
+	set[ch] = true
+	context.AfterFunc(ctx, func() { l.unwatch(key, ch) })
+	return ch, true
 }
 
-// wake closes the channel of key: its row changed.
+// unwatch closes ch and forgets it, unless close did already.
+func (l *listener) unwatch(key string, ch chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if set := l.watchers[key]; set[ch] {
+		delete(set, ch)
+		if len(set) == 0 {
+			delete(l.watchers, key)
+		}
+		close(ch)
+	}
+}
+
+// notify tells ch of a change, unless it has one to tell already.
+func notify(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// wake tells the watchers of key that its row changed.
 func (l *listener) wake(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ch := l.watchers[key]; ch != nil {
-		close(ch)
-		delete(l.watchers, key)
+	for ch := range l.watchers[key] {
+		notify(ch)
 	}
 }
 
-// wakeAll closes every watcher's channel: while the connection was down
-// any row may have changed unheard.
+// wakeAll tells every watcher that its row may have changed: while the
+// connection was down any row may have changed unheard.
 func (l *listener) wakeAll() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for key, ch := range l.watchers {
-		close(ch)
-		delete(l.watchers, key)
+	for _, set := range l.watchers {
+		for ch := range set {
+			notify(ch)
+		}
 	}
-}
-
-// setUp records whether LISTEN is in effect, counting a loss.
-func (l *listener) setUp(up bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.up && !up {
-		l.lost++
-	}
-	l.up = up
 }
 
 // reconnect bounds the pause between attempts to get the listening
@@ -96,7 +114,6 @@ func (l *listener) run(ctx context.Context) {
 	pause := reconnectMin
 	for {
 		listened := l.listenOnce(ctx)
-		l.setUp(false)
 		if ctx.Err() != nil {
 			return
 		}
@@ -131,7 +148,6 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
 		return false
 	}
-	l.setUp(true)
 	// Anything may have changed before LISTEN took effect, or while an
 	// earlier connection was down: every watcher reads its row again.
 	l.wakeAll()
@@ -144,9 +160,18 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 	}
 }
 
-// close stops listening and waits for the connection to be closed.
+// close stops listening, waits for the connection to be closed, and
+// closes every watcher's channel.
 func (l *listener) close() {
 	l.stop()
 	<-l.done
-	l.wakeAll()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	for key, set := range l.watchers {
+		for ch := range set {
+			close(ch)
+		}
+		delete(l.watchers, key)
+	}
 }
