@@ -11,7 +11,7 @@
 //	defer store.Close()
 //	b := &llmretry.Breaker{Store: store, Key: "openai/gpt-4o"}
 //
-// STORE-API
+// STORE-API placeholder.
 //
 // # Schema
 //
@@ -75,7 +75,7 @@
 //
 // # Cost
 //
-// COST
+// COST placeholder.
 //
 // # Concurrency
 //

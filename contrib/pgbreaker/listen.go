@@ -19,17 +19,19 @@ const channel = "llmretry_breaker"
 type listener struct {
 	config *pgx.ConnConfig // a copy of the pool's, for a connection of its own
 
-	mu       sync.Mutex
-	watchers map[string]map[chan struct{}]bool // per key, the channels of its watchers
-	closed   bool                               // close has run: no more watchers
-	stop     context.CancelFunc
-	done     chan struct{}
+	mu        sync.Mutex
+	watchers  map[string]map[chan struct{}]bool // per key, the channels of its watchers
+	closed    bool                              // close has run: no more watchers
+	heard     chan struct{}                     // closed once LISTEN first took effect (for tests)
+	heardOnce sync.Once
+	stop      context.CancelFunc
+	done      chan struct{}
 }
 
 // newListener starts listening with a connection made from config.
 func newListener(config *pgx.ConnConfig) *listener {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &listener{config: config, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{})}
+	l := &listener{config: config, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{}), heard: make(chan struct{})}
 	go l.run(ctx)
 	return l
 }
@@ -151,6 +153,7 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 	// Anything may have changed before LISTEN took effect, or while an
 	// earlier connection was down: every watcher reads its row again.
 	l.wakeAll()
+	l.heardOnce.Do(func() { close(l.heard) })
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

@@ -162,9 +162,16 @@ func TestWatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Watch() = %v", err)
 	}
-	// The store wakes every watcher once it listens: a change may have
-	// come before. Only then can a write be sure to be heard.
-	recv(t, ch, "first LISTEN")
+	// Only once the store listens can a write be sure to be heard. It
+	// then wakes every watcher, as a change may have come before: that
+	// wake is not the one this test waits for.
+	if err := pgbreaker.Listening(ctx, watcher); err != nil {
+		t.Fatalf("Listening() = %v", err)
+	}
+	select {
+	case <-ch:
+	default:
+	}
 	if ok, err := writer.CompareAndSwap(ctx, key, 0, llmretry.SharedState{Format: 1, Failures: 1}); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}

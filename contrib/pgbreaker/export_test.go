@@ -1,0 +1,14 @@
+package pgbreaker
+
+import "context"
+
+// Listening waits until s first listens (and has woken the watchers it
+// had then), or ctx is done: only then is every write sure to be heard.
+func Listening(ctx context.Context, s *Store) error {
+	select {
+	case <-s.l.heard:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
