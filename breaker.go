@@ -120,7 +120,7 @@ type Breaker struct {
 	// means this Breaker alone (see [BreakerStore]).
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
-	StoreTimeout time.Duration // bounds each call to Store; 0 means DefaultStoreTimeout
+	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
 	ProbeLease   time.Duration // how long a request let through counts in flight in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
@@ -145,6 +145,18 @@ type Breaker struct {
 	inFlight  int         // admitted requests whose outcome has not been observed
 	admitSeq  uint64      // numbers the admissions
 	tokenUse  int64       // tokens a request uses, as the reports' drop says; 0 until known
+
+	// With a Store (store.go): the probe's lease, and how the store
+	// serves this Breaker.
+	probeOwner string    // who holds the probe: this Breaker's id and the probe's admission
+	probeUntil time.Time // when the probe's lease runs out; zero without a Store: it never does
+	id         string    // this Breaker's name in ProbeOwner, random; empty until first needed
+	version    int64     // the newest store version this Breaker has loaded
+	local      bool      // deciding from local state, the store having failed: tickets are marked local
+	storeErrs  int64
+	storeErr   error
+	storeDown  bool
+	watchStop  func() // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
 }
 
 // admission is a request the breaker let through.
@@ -153,6 +165,8 @@ type admission struct {
 	seq  uint64
 	done bool      // its outcome was observed
 	back time.Time // when, with done
+
+	lease time.Time // with a Store, while not done: when it is taken as back if its process never says; zero: never
 }
 
 // maxAdmits bounds the admissions a breaker keeps. They pile up only
@@ -188,7 +202,7 @@ type BreakerState struct {
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BreakerState{Failures: b.fails, Opened: b.opened}
+	st := BreakerState{Failures: b.fails, Opened: b.opened, StoreErrors: b.storeErrs, StoreUnavailable: b.storeDown, StoreErr: b.storeErr}
 	if !b.until.IsZero() {
 		st.Open, st.Until, st.Probing, st.Kind = true, b.until, b.probing, b.kind
 	}
@@ -233,8 +247,16 @@ type verdict struct {
 // admit answers a call that wants to send at now; w is the call's place
 // among the waiters, nil when it is not waiting.
 func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
+	if b.Store != nil {
+		return decideShared(b, now, func() verdict { return b.decideAdmit(now, w) })
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.decideAdmit(now, w)
+}
+
+// decideAdmit is admit's decision, on the state b holds; b.mu is held.
+func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
 	switch {
 	case b.until.IsZero() && w != nil && w.turn.After(now):
 		return verdict{held: true, until: w.turn, changed: b.notifier()}
@@ -251,15 +273,28 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
 	}
 	b.probing = true
-	return b.pass(now, true)
+	v := b.pass(now, true)
+	if b.Store != nil {
+		b.probeOwner, b.probeUntil = b.probeName(v.ticket), now.Add(b.lease())
+	}
+	return v
 }
 
 // pass lets a request through at now, and counts it.
 func (b *Breaker) pass(now time.Time, probe bool) verdict {
 	b.admitSeq++
-	b.admits = append(b.admits, admission{at: now, seq: b.admitSeq})
+	a := admission{at: now, seq: b.admitSeq}
+	if b.local {
+		// Let through while the store failed: a number the fleet did not
+		// give, marked so that it never settles another's admission.
+		a.seq |= localTicket
+	}
+	if b.Store != nil {
+		a.lease = now.Add(b.lease())
+	}
+	b.admits = append(b.admits, a)
 	b.inFlight++
-	return verdict{pass: true, probe: probe, ticket: b.admitSeq}
+	return verdict{pass: true, probe: probe, ticket: a.seq}
 }
 
 // pace applies the pacing rules to a call that wants to send at now
@@ -521,6 +556,9 @@ func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 		return cmp.Compare(x.seq, y.seq)
 	})
 	b.waiters = slices.Insert(b.waiters, i, w)
+	if b.Store != nil && b.watchStop == nil {
+		b.watchStop = b.startWatch()
+	}
 	return w
 }
 
@@ -535,6 +573,10 @@ func (b *Breaker) leave(w *breakerWaiter) {
 		b.waiters = slices.Delete(b.waiters, i, i+1)
 		b.wake()
 	}
+	if len(b.waiters) == 0 && b.watchStop != nil {
+		b.watchStop()
+		b.watchStop = nil
+	}
 }
 
 // observe records how an attempt that the breaker admitted went: ok for a
@@ -544,16 +586,33 @@ func (b *Breaker) leave(w *breakerWaiter) {
 // maxWait, none). ticket is the admission the verdict gave, and rep the
 // attempt's rate-limit report, if it made one (hasRep).
 func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
+	decide := func() struct{} {
+		b.decideObserve(now, ok, kind, hint, probe, maxWait, ticket, rep, hasRep)
+		return struct{}{}
+	}
+	if b.Store != nil {
+		decideShared(b, now, decide)
+		return
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	decide()
+}
+
+// decideObserve is observe's decision, on the state b holds; b.mu is
+// held.
+func (b *Breaker) decideObserve(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
 	if mw := maxWait; hasRep && mw > 0 && !rep.retryAt.IsZero() && rep.requests.next.After(now.Add(mw)) && !rep.retryAt.Before(rep.requests.next) {
 		// A retry-after past MaxWait is a broken server's, as for the
 		// open period: it must not hold the backend back longer.
 		rep.requests.next = now.Add(mw)
 	}
 	b.settle(now, ticket, rep, hasRep)
-	if probe {
-		b.probing = false
+	if probe && (b.Store == nil || b.probeOwner == b.probeName(ticket)) {
+		// With a Store, the probe is this one's only while its lease
+		// holds: once it ran out another may probe, and this late
+		// outcome must not end that one's.
+		b.probing, b.probeOwner, b.probeUntil = false, "", time.Time{}
 	}
 	defer b.wake()
 	switch {

@@ -1,7 +1,13 @@
 package llmretry
 
 import (
+	"cmp"
 	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
 	"time"
 )
 
@@ -125,3 +131,257 @@ const DefaultStoreTimeout = 50 * time.Millisecond
 // [Breaker] with a Store counts as in flight when its process never says
 // how it went, when ProbeLease is zero.
 const DefaultProbeLease = 2 * time.Minute
+
+// maxStoreTries bounds the loads and writes of one decision when other
+// processes keep changing the state in between; past it the Breaker
+// decides from its own state, as when the store fails.
+const maxStoreTries = 8
+
+// sharedPoll is how often the calls waiting on a Breaker with a Store
+// look at the state again when the store cannot watch (or until its
+// Watch answers).
+const sharedPoll = 500 * time.Millisecond
+
+// localTicket marks the admissions a Breaker let through while its store
+// failed: the fleet did not number them, so their numbers must not match
+// one of its own.
+const localTicket = 1 << 63
+
+// errStoreBusy is the store error of a decision whose every write found
+// the state changed by another process.
+var errStoreBusy = errors.New("llmretry: breaker store: the state changed on every try")
+
+// decideShared runs decide, one of the Breaker's decisions, on the state
+// its Store keeps: it loads the state, decides on it and writes the
+// outcome back when nobody changed the state meanwhile, and otherwise
+// decides again. When the store fails or is slower than StoreTimeout, it
+// decides from the state the Breaker last held, and counts the failure;
+// the next decision asks the store again. b.mu must not be held: the
+// store is called without it, so that a slow store holds up no reading
+// of the Breaker.
+func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(b.StoreTimeout, DefaultStoreTimeout))
+	defer cancel()
+	err := errStoreBusy
+	for range maxStoreTries {
+		st, ver, lerr := b.Store.Load(ctx, b.Key)
+		if lerr == nil && st.Format > SharedFormat {
+			lerr = fmt.Errorf("llmretry: breaker store: state of format %d, newer than %d", st.Format, SharedFormat)
+		}
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		b.mu.Lock()
+		if ver < b.version {
+			// Another call of this process loaded a newer state while
+			// this load was on its way: this one is stale already.
+			b.mu.Unlock()
+			continue
+		}
+		b.load(st, ver, now)
+		before := b.save()
+		v := decide()
+		next := b.save()
+		b.mu.Unlock()
+		if reflect.DeepEqual(before, next) {
+			// Nothing to write: a call held back changes nothing, and a
+			// write would wake every process's waiters for nothing.
+			b.served(nil)
+			return v
+		}
+		ok, cerr := b.Store.CompareAndSwap(ctx, b.Key, ver, next)
+		if cerr != nil {
+			// Decided on the fleet's state, but whether the write landed
+			// is not known: the local state holds the decision.
+			b.served(cerr)
+			return v
+		}
+		if ok {
+			b.served(nil)
+			return v
+		}
+		// Someone else changed the state: undo this decision here, and
+		// decide again on theirs.
+		b.mu.Lock()
+		b.load(before, b.version, now)
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fail(err)
+	b.load(b.save(), b.version, now) // frees the leases that ran out meanwhile
+	b.local = true
+	defer func() { b.local = false }()
+	return decide()
+}
+
+// served records how a store call went: err nil for a success.
+func (b *Breaker) served(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.fail(err)
+		return
+	}
+	b.storeDown = false
+}
+
+// fail counts a failed store call; b.mu is held.
+func (b *Breaker) fail(err error) {
+	b.storeErrs++
+	b.storeErr, b.storeDown = err, true
+}
+
+// lease is how long a request let through counts in flight in the store
+// when its process never says how it went.
+func (b *Breaker) lease() time.Duration { return cmp.Or(b.ProbeLease, DefaultProbeLease) }
+
+// probeName is the ProbeOwner of the probe let through as admission
+// ticket: unique to this Breaker, and to that probe of it.
+func (b *Breaker) probeName(ticket uint64) string {
+	if b.id == "" {
+		b.id = strconv.FormatUint(rand.Uint64(), 36)
+	}
+	return b.id + "/" + strconv.FormatUint(ticket, 10)
+}
+
+// load makes st, read from the store at version ver, the Breaker's
+// state at now, and frees the leases that have run out: a probe whose
+// process said nothing in time is no longer in flight, and neither is
+// any other request let through. b.mu is held.
+func (b *Breaker) load(st SharedState, ver int64, now time.Time) {
+	b.version = max(b.version, ver)
+	b.fails, b.until, b.kind, b.hinted, b.opened = st.Failures, st.Until, st.Kind, st.Hinted, st.Opened
+	b.probeOwner, b.probeUntil = st.ProbeOwner, st.ProbeUntil
+	b.probing = st.ProbeOwner != "" && now.Before(st.ProbeUntil)
+	if !b.probing {
+		b.probeOwner, b.probeUntil = "", time.Time{}
+	}
+	b.hasReport = st.Report != nil
+	b.report = limitReport{}
+	if st.Report != nil {
+		b.report = fromSharedReport(*st.Report)
+	}
+	b.reportSeq, b.dropped, b.droppedAt, b.admitSeq, b.tokenUse = st.ReportSeq, st.Dropped, st.DroppedAt, st.AdmitSeq, st.TokenUse
+	b.admits = make([]admission, 0, len(st.Admits))
+	b.inFlight = 0
+	for _, a := range st.Admits {
+		x := admission{at: a.At, seq: a.Seq, done: a.Done}
+		switch {
+		case a.Done:
+			x.back = a.Back
+		case !a.Back.IsZero() && !now.Before(a.Back):
+			x.done, x.back = true, a.Back // its lease ran out: taken as back then
+		default:
+			x.lease = a.Back
+			b.inFlight++
+		}
+		b.admits = append(b.admits, x)
+	}
+}
+
+// save is the Breaker's state as the store keeps it. b.mu is held.
+func (b *Breaker) save() SharedState {
+	st := SharedState{
+		Format:   SharedFormat,
+		Failures: b.fails, Until: b.until, Kind: b.kind, Hinted: b.hinted, Opened: b.opened,
+		ReportSeq: b.reportSeq, Dropped: b.dropped, DroppedAt: b.droppedAt, AdmitSeq: b.admitSeq, TokenUse: b.tokenUse,
+	}
+	if b.probing {
+		st.ProbeOwner, st.ProbeUntil = b.probeOwner, b.probeUntil
+	}
+	if b.hasReport {
+		r := toSharedReport(b.report)
+		st.Report = &r
+	}
+	if len(b.admits) > 0 {
+		st.Admits = make([]SharedAdmission, len(b.admits))
+		for i, a := range b.admits {
+			st.Admits[i] = SharedAdmission{At: a.at, Seq: a.seq, Done: a.done, Back: a.back}
+			if !a.done {
+				st.Admits[i].Back = a.lease
+			}
+		}
+	}
+	return st
+}
+
+// toSharedReport is r as the store keeps it.
+func toSharedReport(r limitReport) SharedReport {
+	return SharedReport{
+		Sent: r.sent, Read: r.read, RetryAt: r.retryAt,
+		Requests: toSharedBucket(r.requests), Tokens: toSharedBucket(r.tokens),
+		InputTokens: toSharedBucket(r.inputTokens), OutputTokens: toSharedBucket(r.outputTokens),
+	}
+}
+
+// fromSharedReport is toSharedReport undone.
+func fromSharedReport(r SharedReport) limitReport {
+	return limitReport{
+		sent: r.Sent, read: r.Read, retryAt: r.RetryAt,
+		requests: fromSharedBucket(r.Requests), tokens: fromSharedBucket(r.Tokens),
+		inputTokens: fromSharedBucket(r.InputTokens), outputTokens: fromSharedBucket(r.OutputTokens),
+	}
+}
+
+func toSharedBucket(k bucketReading) SharedBucket {
+	return SharedBucket{Known: k.known, Limit: k.limit, Remaining: k.remaining, Reset: k.reset, Next: k.next}
+}
+
+func fromSharedBucket(k SharedBucket) bucketReading {
+	return bucketReading{known: k.Known, limit: k.Limit, remaining: k.Remaining, reset: k.Reset, next: k.Next}
+}
+
+// startWatch starts what wakes the calls waiting on b when another
+// process changes its state: the store's Watch, and a poll every
+// sharedPoll until Watch answers, or for good when it cannot watch. It
+// returns the func that stops it. b.mu is held.
+func (b *Breaker) startWatch() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	type watched struct {
+		ch  <-chan struct{}
+		err error
+	}
+	res := make(chan watched, 1)
+	go func() {
+		ch, err := b.Store.Watch(ctx, b.Key)
+		res <- watched{ch, err}
+	}()
+	go func() {
+		poll := time.NewTicker(sharedPoll)
+		defer poll.Stop()
+		var (
+			changed <-chan struct{}
+			tick    = poll.C
+			started = res
+		)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case w := <-started:
+				started = nil
+				if w.err != nil {
+					b.mu.Lock()
+					b.fail(w.err)
+					b.mu.Unlock()
+				}
+				if w.ch != nil {
+					changed, tick = w.ch, nil
+				}
+				continue
+			case _, ok := <-changed:
+				if !ok {
+					changed, tick = nil, poll.C // the watch ended: poll
+					continue
+				}
+			case <-tick:
+			}
+			b.mu.Lock()
+			b.wake()
+			b.mu.Unlock()
+		}
+	}()
+	return cancel
+}

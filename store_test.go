@@ -1,0 +1,345 @@
+package llmretry_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/breakerstore"
+)
+
+// The tests in this file play a fleet inside one process: each Breaker
+// stands for one process's, and the Breakers of one test share a
+// breakerstore.Memory, as processes would share a database. A Breaker
+// with share false has no store: what the fleet would do without one.
+
+// fleet is n Breakers of one backend, sharing one store when share is
+// set.
+func fleet(n int, share bool, store *breakerstore.Memory) []*llmretry.Breaker {
+	brs := make([]*llmretry.Breaker, n)
+	for i := range brs {
+		brs[i] = &llmretry.Breaker{}
+		if share {
+			brs[i].Store, brs[i].Key = store, "openai/gpt-4o"
+		}
+	}
+	return brs
+}
+
+var errDown = llmretry.StatusFailure(503, nil, errors.New("down"))
+
+// Five failures seen by two processes, three by one and two by the
+// other, open the backend for both when they share a store: the next
+// call of either skips it. Apart, neither has counted five.
+func TestSharedBreakerOpensForTheFleet(t *testing.T) {
+	tests := []struct {
+		name     string
+		share    bool
+		wantSent int // to the primary: five failures, then the skips send nothing
+	}{
+		{name: "shared", share: true, wantSent: 5},
+		{name: "apart", share: false, wantSent: 7},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				brs := fleet(2, tc.share, &breakerstore.Memory{Latency: 2 * ms})
+				a := newDesk("a", func(int) (time.Duration, error) { return 100 * ms, errDown })
+				b := newDesk("b", takes(100*ms))
+				chains := make([]*chain, 2)
+				for i, br := range brs {
+					chains[i] = &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+				}
+				for i, p := range []int{0, 1, 0, 1, 0, 1, 0} {
+					if got, err := chains[p].Do(t.Context(), "r"); got != "b: r" || err != nil {
+						t.Fatalf("call %d: Do() = %q, %v, want %q, nil", i, got, err, "b: r")
+					}
+				}
+				if got := len(a.log()); got != tc.wantSent {
+					t.Errorf("the primary got %d requests, want %d", got, tc.wantSent)
+				}
+				if !tc.share {
+					return
+				}
+				for i, br := range brs {
+					st := br.State()
+					if !st.Open || st.Failures != 5 || st.Opened != 1 || st.StoreErrors != 0 {
+						t.Errorf("breaker %d: State() = %+v, want open after 5 failures, opened once, no store errors", i, st)
+					}
+				}
+			})
+		})
+	}
+}
+
+// Half-open, one probe goes through for the whole fleet: the other
+// process's call skips while it is in flight, and the probe's success
+// closes the backend for both.
+func TestSharedBreakerOneProbe(t *testing.T) {
+	tests := []struct {
+		name     string
+		share    bool
+		wantSent []sent // to the primary after the trip
+	}{
+		{name: "shared", share: true, wantSent: []sent{{30*sec + 4*ms, "p0"}, {45*sec + 4*ms, "p1-later"}}},
+		{name: "apart", share: false, wantSent: []sent{{30 * sec, "p0"}, {31 * sec, "p1"}, {45 * sec, "p1-later"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &breakerstore.Memory{Latency: 2 * ms}
+				brs := fleet(2, tc.share, store)
+				trip(t, brs[0], errDown)
+				if !tc.share {
+					trip(t, brs[1], errDown)
+				}
+				a := newDesk("a", takes(10*sec)) // the probe answers, slowly
+				b := newDesk("b", takes(100*ms))
+				chains := make([]*chain, 2)
+				for i, br := range brs {
+					chains[i] = &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}, {Model: "b", Call: b.Call}}}
+				}
+				start := time.Now()
+				a.start = start
+				o0 := doAt(t.Context(), chains[0], 30*sec, "p0")
+				o1 := doAt(t.Context(), chains[1], 31*sec, "p1")
+				o2 := doAt(t.Context(), chains[1], 45*sec, "p1-later")
+				for _, o := range []<-chan outcome{o0, o1, o2} {
+					if r := <-o; r.err != nil {
+						t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+					}
+				}
+				if diff := cmp.Diff(tc.wantSent, a.log()); diff != "" {
+					t.Errorf("requests to the primary (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// A probe whose process never says how it went (it died, or hangs)
+// holds the half-open backend only for ProbeLease: after it, another
+// process probes.
+func TestSharedBreakerProbeLeaseExpires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &breakerstore.Memory{}
+		brs := fleet(2, true, store)
+		for _, br := range brs {
+			br.ProbeLease = time.Minute
+		}
+		trip(t, brs[0], errDown)
+		hung, release := context.WithCancel(t.Context())
+		a := newDesk("a", takes(0))
+		hang := func(ctx context.Context, req string) (string, error) {
+			a.Call(ctx, req)
+			<-hung.Done() // the probe never comes back while the test looks
+			return "", context.Canceled
+		}
+		b := newDesk("b", takes(100*ms))
+		c0 := &chain{Backends: []backend{{Model: "a", Call: hang, Breaker: brs[0]}}}
+		c1 := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brs[1]}, {Model: "b", Call: b.Call}}}
+		start := time.Now()
+		a.start = start
+		o0 := doAt(context.Background(), c0, 30*sec, "dies")
+		o1 := doAt(t.Context(), c1, 60*sec, "skips")     // the lease holds until 90s
+		o2 := doAt(t.Context(), c1, 91*sec, "probes")    // it ran out
+		o3 := doAt(t.Context(), c1, 100*sec, "answered") // the probe closed it
+		for _, o := range []<-chan outcome{o1, o2, o3} {
+			if r := <-o; r.err != nil {
+				t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+			}
+		}
+		release()
+		<-o0
+		want := []sent{{30 * sec, "dies"}, {91 * sec, "probes"}, {100 * sec, "answered"}}
+		if diff := cmp.Diff(want, a.log()); diff != "" {
+			t.Errorf("requests to the primary (-want +got):\n%s", diff)
+		}
+		if st := brs[1].State(); st.Open || st.Probing {
+			t.Errorf("State() = %+v, want closed", st)
+		}
+	})
+}
+
+// The pacing count S is the fleet's: a report one process got, and the
+// requests the other let through since, hold back a call, here the
+// fourth: two requests were left and the provider admits one more once T
+// has come. Apart, the second process has no report and the first
+// counts none of its requests: all go.
+func TestSharedBreakerPacingCount(t *testing.T) {
+	tests := []struct {
+		name      string
+		share     bool
+		wantPaced bool // "b3" skips the primary, paced
+	}{
+		{name: "shared", share: true, wantPaced: true},
+		{name: "apart", share: false, wantPaced: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				brs := fleet(2, tc.share, &breakerstore.Memory{Latency: 2 * ms})
+				// Two requests left of ten, full again in 10 s: one more
+				// every 1.25 s after the read.
+				a := newDesk("a", takes(sec))
+				primary := func(ctx context.Context, req string) (string, error) {
+					llmretry.ReportLimits(ctx, limitHeader(10, 2, 10*sec))
+					return a.Call(ctx, req)
+				}
+				b := newDesk("b", takes(100*ms))
+				chains := make([]*chain, 2)
+				for i, br := range brs {
+					chains[i] = &chain{Backends: []backend{{Model: "a", Call: primary, Breaker: br}, {Model: "b", Call: b.Call}}}
+				}
+				a.start = time.Now()
+				if _, err := chains[0].Do(t.Context(), "a1"); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(sec) // T, 1.25 s after the report was read, has come
+				outs := []<-chan outcome{
+					doAt(t.Context(), chains[1], 0, "b1"),
+					doAt(t.Context(), chains[1], 100*ms, "b2"),
+					doAt(t.Context(), chains[0], 200*ms, "a2"),
+					doAt(t.Context(), chains[1], 300*ms, "b3"), // R − S + 1 = 0
+				}
+				var got []string
+				for _, o := range outs {
+					r := <-o
+					if r.err != nil {
+						t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+					}
+					got = append(got, r.resp)
+				}
+				want := []string{"a: b1", "a: b2", "a: a2", "a: b3"}
+				if tc.wantPaced {
+					want[3] = "b: b3"
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("answers (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// A store that fails, or answers later than StoreTimeout, fails no call:
+// the Breaker decides from its own state (here it opens after five
+// failures, as a Breaker alone would), counts each failed decision, and
+// shows it in BreakerState. When the store serves again its state wins:
+// the fleet has not seen those failures.
+func TestSharedBreakerStoreFails(t *testing.T) {
+	errStore := errors.New("connection refused")
+	tests := []struct {
+		name    string
+		store   *breakerstore.Memory
+		wantErr error
+		took    time.Duration // what each decision's store calls take
+	}{
+		{name: "error", store: &breakerstore.Memory{Latency: 2 * ms}, wantErr: errStore, took: 2 * ms},
+		{name: "slow", store: &breakerstore.Memory{Latency: time.Hour}, wantErr: context.DeadlineExceeded, took: llmretry.DefaultStoreTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				if tc.name == "error" {
+					tc.store.Fail(errStore)
+				}
+				br := &llmretry.Breaker{Store: tc.store, Key: "k"}
+				a := newDesk("a", takes(sec, errDown, errDown, errDown, errDown, errDown))
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+				for i := range 5 {
+					start := time.Now()
+					if _, err := c.Do(t.Context(), "r"); err == nil {
+						t.Fatalf("call %d: Do() = nil error, want the backend's failure", i)
+					}
+					// Two decisions (let through, then how it went), each
+					// bounded by the store's failure.
+					if took, want := time.Since(start), sec+2*tc.took; took != want {
+						t.Errorf("call %d: Do() took %v, want %v", i, took, want)
+					}
+				}
+				st := br.State()
+				want := llmretry.BreakerState{
+					Open: true, Until: st.Until, Failures: 5, Kind: llmretry.KindTransient, Opened: 1,
+					StoreErrors: 10, StoreUnavailable: true, StoreErr: tc.wantErr,
+				}
+				if diff := cmp.Diff(want, st, cmpopts.EquateErrors()); diff != "" {
+					t.Errorf("State() (-want +got):\n%s", diff)
+				}
+				if tc.name != "error" {
+					return
+				}
+				tc.store.Fail(nil)
+				if got, err := c.Do(t.Context(), "r"); got != "a: r" || err != nil {
+					t.Fatalf("Do() = %q, %v, want %q, nil: the store says closed", got, err, "a: r")
+				}
+				if st := br.State(); st.StoreUnavailable || st.StoreErrors != 10 || st.Open {
+					t.Errorf("State() = %+v, want closed, the store available again, 10 errors so far", st)
+				}
+			})
+		})
+	}
+}
+
+// A call waiting on the backend, its last, wakes when another process
+// changes the state, as soon as the store tells it: here when the other
+// process's probe answers, 5 s into the wait, not at the call's own
+// bound.
+func TestSharedBreakerWaiterWakesOnChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		brs := fleet(2, true, &breakerstore.Memory{})
+		tripFor(t, brs[0], 30*sec) // a hinted wait needs no retry waits
+		a := newDesk("a", takes(5*sec))
+		chains := make([]*chain, 2)
+		for i, br := range brs {
+			chains[i] = &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+		}
+		a.start = time.Now()
+		probe := doAt(t.Context(), chains[0], 30*sec, "probe")
+		waiter := doAt(t.Context(), chains[1], 31200*ms, "waits")
+		for _, o := range []<-chan outcome{probe, waiter} {
+			if r := <-o; r.err != nil {
+				t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+			}
+		}
+		got := a.log()
+		// Polling, the waiter would wake at 35.2 s.
+		want := []sent{{30 * sec, "probe"}, {35 * sec, "waits"}}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("requests to the primary (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// SharedState survives encoding/json, as a store that keeps bytes needs.
+func TestSharedStateJSON(t *testing.T) {
+	at := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
+	st := llmretry.SharedState{
+		Format: llmretry.SharedFormat, Failures: 3, Until: at, Kind: llmretry.KindTimeout, Hinted: true, Opened: 2,
+		ProbeOwner: "x/1", ProbeUntil: at.Add(time.Minute),
+		Report: &llmretry.SharedReport{
+			Sent: at, Read: at.Add(ms), RetryAt: at.Add(sec),
+			Requests: llmretry.SharedBucket{Known: true, Limit: 10, Remaining: 2, Reset: 10 * sec, Next: at.Add(1250 * ms)},
+		},
+		ReportSeq: 4, AdmitSeq: 5, TokenUse: 7, Dropped: 1, DroppedAt: at,
+		Admits: []llmretry.SharedAdmission{{At: at, Seq: 5, Back: at.Add(2 * time.Minute)}},
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got llmretry.SharedState
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(st, got); diff != "" {
+		t.Errorf("after a JSON round trip (-want +got):\n%s", diff)
+	}
+}
