@@ -17,7 +17,7 @@ const pgURLVar = "LLMRETRY_PG_URL"
 // pgURL returns the test database's URL. Without one the test is skipped,
 // except in CI (CI=true), where a missing server is a failure: the
 // integration tests must never pass by not running.
-func pgURL(t *testing.T) string {
+func pgURL(t testing.TB) string {
 	t.Helper()
 	url := os.Getenv(pgURLVar)
 	if url == "" {
@@ -33,7 +33,7 @@ func pgURL(t *testing.T) string {
 // whose connections use it (search_path), so that tests running at once,
 // here and in other modules on the same database, never share a row. The
 // schema is dropped at the end unless the test failed.
-func freshSchema(t *testing.T, url, schema string) string {
+func freshSchema(t testing.TB, url, schema string) string {
 	t.Helper()
 	ctx := context.Background()
 	pool := newPool(t, url)
@@ -65,7 +65,7 @@ func withSearchPath(url, schema string) string {
 
 // newPool opens a pool of its own, closed at the end of the test: each
 // pool stands for one process's connections.
-func newPool(t *testing.T, url string) *pgxpool.Pool {
+func newPool(t testing.TB, url string) *pgxpool.Pool {
 	t.Helper()
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
