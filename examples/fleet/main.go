@@ -9,14 +9,17 @@
 // server on 127.0.0.1) that is down at first.
 //
 //  1. Worker A's calls fail twice: A's breaker opens.
+//
 //  2. Worker B has sent nothing yet, but its breaker is open too: its
 //     call skips the backend without a request.
+//
 //  3. The backend is back. B's next call waits out the cooldown, probes,
 //     and closes the breaker for both.
+//
 //  4. A's next call goes straight through.
 //
-//	go run .                                  # in-memory store
-//	DATABASE_URL=postgres://... go run .      # PostgreSQL
+//     go run .                                  # in-memory store
+//     DATABASE_URL=postgres://... go run .      # PostgreSQL
 package main
 
 import (
@@ -197,4 +200,3 @@ func send(srv *llmretrytest.Server) func(context.Context, string) (string, error
 		return string(body), nil
 	}
 }
-
