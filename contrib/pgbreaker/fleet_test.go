@@ -88,6 +88,8 @@ type record struct {
 	// store calls that failed, each a decision taken alone.
 	StoreErrors int64 `json:"store_errors,omitempty"`
 	Final       bool  `json:"final,omitempty"`
+	Loads       int64 `json:"loads,omitempty"` // with Final: the store calls the worker made
+	Swaps       int64 `json:"swaps,omitempty"`
 }
 
 // sendsKey is the context key of a call's count of requests sent.
@@ -203,7 +205,8 @@ func runWorker(id string) error {
 	}
 	wg.Wait()
 	st := b.State()
-	emit(record{Worker: id, Final: true, StoreErrors: st.StoreErrors, Err: fmt.Sprint(st.StoreErr)})
+	cs := b.Store.(*countingStore)
+	emit(record{Worker: id, Final: true, StoreErrors: st.StoreErrors, Err: fmt.Sprint(st.StoreErr), Loads: cs.loads.Load(), Swaps: cs.swaps.Load()})
 	return nil
 }
 
@@ -335,6 +338,8 @@ type fleetCounts struct {
 	BurstCalls  int   // calls of the warm-up and the burst
 	Answered    int   // of them, answered
 	StoreErrors int64 // store calls that failed, over the fleet
+	Loads       int64 // store calls, over the fleet
+	Swaps       int64
 }
 
 // countFleet counts the run, and checks it against the server's log: every
@@ -363,6 +368,8 @@ func countFleet(t *testing.T, run fleetRun) fleetCounts {
 		switch {
 		case r.Final:
 			c.StoreErrors += r.StoreErrors
+			c.Loads += r.Loads
+			c.Swaps += r.Swaps
 			if r.StoreErrors > 0 {
 				t.Logf("worker %s: %d store errors, the last: %s", r.Worker, r.StoreErrors, r.Err)
 			}
@@ -437,7 +444,8 @@ func TestFleet(t *testing.T) {
 	t.Run("shared", func(t *testing.T) {
 		run := runFleet(t, "pg", url)
 		c := countFleet(t, run)
-		t.Logf("shared store: %+v", c)
+		t.Logf("shared store: %+v; store calls per request sent: %.1f loads, %.1f swaps", c,
+			float64(c.Loads)/float64(c.Sent), float64(c.Swaps)/float64(c.Sent))
 		for _, r := range run.records {
 			if r.Done && !r.Answered {
 				t.Logf("worker %s call %d (%s): %s", r.Worker, r.Call, r.Phase, r.Err)

@@ -19,7 +19,7 @@ func workerBreaker(kind, dbURL string) (*llmretry.Breaker, func(), error) {
 	b := &llmretry.Breaker{Failures: fleetFailures, Cooldown: fleetCooldown, Key: model, StoreTimeout: fleetStoreTimeout}
 	switch kind {
 	case "local":
-		b.Store = &breakerstore.Memory{}
+		b.Store = &countingStore{BreakerStore: &breakerstore.Memory{}}
 		return b, func() {}, nil
 	case "pg":
 		pool, err := pgxpool.New(context.Background(), dbURL+"&pool_max_conns=16&pool_min_conns=8")
@@ -27,7 +27,7 @@ func workerBreaker(kind, dbURL string) (*llmretry.Breaker, func(), error) {
 			return nil, nil, err
 		}
 		s := pgbreaker.New(pool)
-		b.Store = s
+		b.Store = &countingStore{BreakerStore: s}
 		return b, func() { s.Close(); pool.Close() }, nil
 	}
 	return nil, nil, errors.New("pgbreaker: no such store: " + kind)
