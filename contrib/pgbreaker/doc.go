@@ -11,7 +11,13 @@
 //	defer store.Close()
 //	b := &llmretry.Breaker{Store: store, Key: "openai/gpt-4o"}
 //
-// STORE-API placeholder.
+// Use one [Store] per process and database, for all its Breakers; each
+// backend's Breaker has its own Key. A Breaker makes each decision
+// (may this call send? how did it go?) on the row: it loads it, decides
+// by its own rules and writes the result back, deciding again when
+// another process wrote in between (see [llmretry.BreakerStore]). Give
+// the pool room for the calls in flight at once: each store call holds a
+// connection for one statement.
 //
 // # Schema
 //
@@ -40,9 +46,13 @@
 // A write is one statement that writes only if the row is still at the
 // version that was read (compare-and-swap), inserts the row on the first
 // write, and announces the change to every process in the same
-// statement, so that a notice never announces a write that lost:
+// statement, so that a notice never announces a write that lost. It
+// commits without waiting for the WAL flush: a breaker's state is soft,
+// and a crash that loses the last writes loses what the next answers
+// tell again.
 //
-//	WITH w AS (
+//	WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
+//	w AS (
 //		INSERT INTO llmretry_breaker AS b (key, version, state, updated_at)
 //		VALUES ($1, $2::bigint + 1, $3, now())
 //		ON CONFLICT (key) DO UPDATE
@@ -50,7 +60,7 @@
 //			WHERE b.version = $2::bigint
 //		RETURNING b.key
 //	)
-//	SELECT pg_notify('llmretry_breaker', w.key) FROM w
+//	SELECT pg_notify('llmretry_breaker', w.key) FROM w, nosync
 //
 // A write that returns no row lost to another process's: the core reads
 // the state again and decides again.
@@ -63,7 +73,10 @@
 // backend wakes when another process changes its state, without
 // polling. When that connection is lost, the store connects again (after
 // 50 ms, doubling up to 2 s), and once it listens again it wakes every
-// waiting call, since a change may have gone unheard meanwhile.
+// waiting call, since a change may have gone unheard meanwhile. The
+// channel is the database's, not a schema's: fleets in two schemas of one
+// database that use the same key wake each other's calls, which then
+// load their own rows and find nothing changed.
 //
 // # Errors and timing
 //
@@ -75,7 +88,26 @@
 //
 // # Cost
 //
-// COST placeholder.
+// Measured on this machine (2 cores shared with other work, load
+// average about 15, PostgreSQL 15 on loopback), by BenchmarkRequest and
+// TestFleet in this package:
+//
+//   - A request through a Breaker on a Store, one at a time: 2 loads and
+//     2 writes (one decision to send, one to record how it went), about
+//     2.4 ms of store time in all. Without synchronous_commit off on the
+//     writes (see Statements), 11.8 ms.
+//   - From many goroutines of one process at once: 2.4 to 3.3 loads and
+//     as many writes per request, as writes that lost are decided again.
+//   - In TestFleet's four processes, whose calls wait on a paced and on
+//     an open backend: 3.5 writes and 24 loads per request sent. A write
+//     wakes every call waiting on the key in every process, and each
+//     loads the row to decide again; most such decisions hold the call
+//     back and write nothing.
+//
+// The default StoreTimeout (50 ms) bounds the store calls of one
+// decision. On this loaded machine a burst of 40 calls from four
+// processes on one row needed more (TestFleet sets 500 ms); on a
+// database with headroom a decision takes a few milliseconds.
 //
 // # Concurrency
 //
