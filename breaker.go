@@ -108,6 +108,37 @@ const DefaultCooldown = 30 * time.Second
 // half-open those rules decide alone. Set NoPacing to turn pacing off;
 // [BreakerState] still shows the freshest report.
 //
+// A Breaker given a Store shares its state with the Breakers of every
+// process that use the same store and Key, so that a fleet acts as one
+// Breaker by the rules above: five failures seen by any processes open
+// the backend for all, one probe goes through for the fleet, and S
+// counts the requests every process let through. The rules stay here;
+// the store keeps the state ([SharedState]) and changes it atomically:
+//
+//   - Each decision (to let a call through, to learn how it went) loads
+//     the state, decides on it, and writes it back by compare-and-swap,
+//     deciding again when another process wrote first. A decision that
+//     changes nothing writes nothing. So a request through a closed
+//     breaker costs four store calls; one that waits also loads the
+//     state each time another process changes it.
+//   - The line of waiting calls is the fleet's: each call waiting in any
+//     process stands in it, by when its Do began.
+//   - The half-open probe, each request let through, and each place in
+//     the line are leases of ProbeLease: a process that dies while it
+//     probes, sends or waits holds the others up no longer than that.
+//   - Waiting calls wake when the store says another process changed the
+//     state ([BreakerStore] Watch), or, when it cannot say, on a poll
+//     every half second.
+//   - A store that fails, or takes longer than StoreTimeout for one
+//     decision, fails no call: the Breaker decides from the state it last
+//     held, counts it in [BreakerState] StoreErrors and shows
+//     StoreUnavailable until a store call succeeds again; every decision
+//     asks the store afresh. What was decided locally meanwhile is not
+//     shared: once the store answers, its state wins.
+//
+// With a Store, [Breaker.State] reads the state as this process last
+// loaded it, and Opened counts the fleet's openings.
+//
 // Failures, Cooldown and NoPacing are read without the lock (as are Store, Key, StoreTimeout and ProbeLease): set them
 // before the breaker's first use and do not change them after.
 type Breaker struct {
@@ -121,7 +152,7 @@ type Breaker struct {
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
 	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
-	ProbeLease   time.Duration // how long a request let through counts in flight in Store when its process never says; 0 means DefaultProbeLease
+	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	fails   int              // consecutive retryable failures
@@ -156,7 +187,8 @@ type Breaker struct {
 	storeErrs  int64
 	storeErr   error
 	storeDown  bool
-	watchStop  func() // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
+	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
+	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 }
 
 // admission is a request the breaker let through.
@@ -256,7 +288,31 @@ func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 }
 
 // decideAdmit is admit's decision, on the state b holds; b.mu is held.
+// With a Store, a waiting call stands in the fleet's line until it is let
+// through.
 func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
+	fleet := b.fleetLine() && w != nil
+	if fleet {
+		b.enlist(w, now)
+	}
+	v := b.decideTurn(now, w)
+	if fleet && v.pass {
+		b.delist(w)
+	}
+	return v
+}
+
+// isFirst reports whether w, nil for a call not in line, is the first in
+// line at now: the local line's, or with a Store the fleet's.
+func (b *Breaker) isFirst(now time.Time, w *breakerWaiter) bool {
+	if b.fleetLine() {
+		return b.fleetFirst(now, w)
+	}
+	return b.first(now) == w
+}
+
+// decideTurn is decideAdmit's rules; b.mu is held.
+func (b *Breaker) decideTurn(now time.Time, w *breakerWaiter) verdict {
 	switch {
 	case b.until.IsZero() && w != nil && w.turn.After(now):
 		return verdict{held: true, until: w.turn, changed: b.notifier()}
@@ -267,7 +323,7 @@ func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
 		return b.pass(now, false)
 	case now.Before(b.until):
 		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
-	case b.probing || b.first(now) != w:
+	case b.probing || !b.isFirst(now, w):
 		// Half-open, but the probe is someone else's: the waiting call
 		// that began first goes before anyone who just arrived.
 		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
@@ -442,6 +498,9 @@ func (b *Breaker) counts(a admission) bool {
 // ahead is the number of calls in line before w that have come to the
 // breaker at now: all of those in line when w is not in it.
 func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
+	if b.fleetLine() {
+		return b.fleetAhead(now, w)
+	}
 	k := 0
 	for _, x := range b.waiters {
 		if x == w {
@@ -566,6 +625,11 @@ func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 func (b *Breaker) leave(w *breakerWaiter) {
 	if w == nil {
 		return
+	}
+	if b.Store != nil && b.inFleetLine(w) {
+		// It gave up waiting: out of the fleet's line too, or it holds
+		// the others up until its place there runs out.
+		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

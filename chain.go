@@ -230,7 +230,8 @@ func (e *configError) ItemRetryable() bool { return false }
 
 // Validate reports the first configuration mistake in the chain, or nil:
 // no backends, a nil Call, a negative wait, Timeout, StallTimeout,
-// MaxTries or Breaker Failures or Cooldown, a Jitter outside [0, 1], or
+// MaxTries or Breaker Failures, Cooldown, StoreTimeout or ProbeLease, a
+// Breaker Store without a Key, a Jitter outside [0, 1], or
 // Reserve, MaxWait, Jitter or MaxTries set while Waits is empty. The error names the backend by index
 // and Model, as in "llmretry: backend 1 (gpt-4o): wait 2 is negative",
 // and wraps [ErrConfig]. Do runs the same checks before calling any
@@ -266,6 +267,13 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 	}
 	if br := b.Breaker; br != nil && (br.Failures < 0 || br.Cooldown < 0) {
 		return bad("breaker failures or cooldown is negative")
+	}
+	if br := b.Breaker; br != nil && br.Store != nil && br.Key == "" {
+		// Without a key the processes would not know they share a backend.
+		return bad("breaker store has no key")
+	}
+	if br := b.Breaker; br != nil && (br.StoreTimeout < 0 || br.ProbeLease < 0) {
+		return bad("breaker store timeout or probe lease is negative")
 	}
 	p := &b.Retry
 	for j, w := range p.Waits {

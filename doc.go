@@ -45,7 +45,9 @@
 // spending their own retries on it. It also paces the backend by the
 // rate-limit headers that a Call passes to [ReportLimits], so that no
 // request is sent that the provider said it would refuse. Its doc comment
-// has the rules, and [Breaker.State] reads it for dashboards.
+// has the rules, and [Breaker.State] reads it for dashboards. Given a
+// [BreakerStore], the Breakers of many processes share one state, and a
+// fleet learns of an outage and paces a bucket as one process would.
 //
 // # Records and errors
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -91,6 +92,22 @@ type SharedState struct {
 	DroppedAt time.Time         `json:"dropped_at,omitzero"`  // when the last of them came back
 	AdmitSeq  uint64            `json:"admit_seq,omitempty"`  // the last admission's number, across the fleet
 	TokenUse  int64             `json:"token_use,omitempty"`  // tokens a request uses, as the reports' drop says; 0 until known
+
+	// Line is the calls of every process waiting to send, the
+	// earliest-begun first (on a tie, by Owner): the first-come line of
+	// the half-open probe and of pacing is the fleet's. An entry past
+	// its Until is dropped, so that a process that dies while its calls
+	// wait does not hold the others up for good.
+	Line []SharedWaiter `json:"line,omitempty"`
+}
+
+// SharedWaiter is a call waiting to send through a [Breaker] of the
+// fleet.
+type SharedWaiter struct {
+	Start time.Time `json:"start"` // when its Do began: its place in the line
+	Ready time.Time `json:"ready"` // when it comes to the breaker; until then it holds no one up
+	Owner string    `json:"owner"` // its Breaker's id and its number there
+	Until time.Time `json:"until"` // when its place runs out if its process never takes it out
 }
 
 // SharedAdmission is one request a [Breaker] of the fleet let through.
@@ -127,9 +144,11 @@ type SharedBucket struct {
 // it when its StoreTimeout is zero.
 const DefaultStoreTimeout = 50 * time.Millisecond
 
-// DefaultProbeLease is how long a probe (or any request let through) of a
-// [Breaker] with a Store counts as in flight when its process never says
-// how it went, when ProbeLease is zero.
+// DefaultProbeLease is how long a probe, any other request let through,
+// or a waiting call's place in line, of a [Breaker] with a Store, holds
+// when its process never says how it went (it died), when ProbeLease is
+// zero: longer than a model's slowest answer, so that a probe still in
+// flight is not taken for dead.
 const DefaultProbeLease = 2 * time.Minute
 
 // maxStoreTries bounds the loads and writes of one decision when other
@@ -264,6 +283,12 @@ func (b *Breaker) load(st SharedState, ver int64, now time.Time) {
 		b.report = fromSharedReport(*st.Report)
 	}
 	b.reportSeq, b.dropped, b.droppedAt, b.admitSeq, b.tokenUse = st.ReportSeq, st.Dropped, st.DroppedAt, st.AdmitSeq, st.TokenUse
+	b.line = b.line[:0]
+	for _, x := range st.Line {
+		if now.Before(x.Until) {
+			b.line = append(b.line, x)
+		}
+	}
 	b.admits = make([]admission, 0, len(st.Admits))
 	b.inFlight = 0
 	for _, a := range st.Admits {
@@ -294,6 +319,9 @@ func (b *Breaker) save() SharedState {
 	if b.hasReport {
 		r := toSharedReport(b.report)
 		st.Report = &r
+	}
+	if len(b.line) > 0 {
+		st.Line = slices.Clone(b.line)
 	}
 	if len(b.admits) > 0 {
 		st.Admits = make([]SharedAdmission, len(b.admits))
@@ -384,4 +412,76 @@ func (b *Breaker) startWatch() (stop func()) {
 		}
 	}()
 	return cancel
+}
+
+// fleetLine reports whether the line that orders b's calls is the
+// fleet's: with a Store, unless the store failed this decision.
+func (b *Breaker) fleetLine() bool { return b.Store != nil && !b.local }
+
+// waiterName is w's Owner in the fleet's line.
+func (b *Breaker) waiterName(w *breakerWaiter) string {
+	b.probeName(0) // names b
+	return b.id + "/w" + strconv.FormatUint(w.seq, 10)
+}
+
+// enlist puts w in the fleet's line at now, unless it is there already;
+// b.mu is held.
+func (b *Breaker) enlist(w *breakerWaiter, now time.Time) {
+	name := b.waiterName(w)
+	if slices.ContainsFunc(b.line, func(x SharedWaiter) bool { return x.Owner == name }) {
+		return
+	}
+	x := SharedWaiter{Start: w.start, Ready: w.ready, Owner: name, Until: now.Add(b.lease())}
+	i, _ := slices.BinarySearchFunc(b.line, x, func(a, b SharedWaiter) int {
+		if c := a.Start.Compare(b.Start); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Owner, b.Owner)
+	})
+	b.line = slices.Insert(b.line, i, x)
+}
+
+// delist takes w out of the fleet's line; b.mu is held.
+func (b *Breaker) delist(w *breakerWaiter) {
+	name := b.waiterName(w)
+	b.line = slices.DeleteFunc(b.line, func(x SharedWaiter) bool { return x.Owner == name })
+}
+
+// inFleetLine reports whether w stands in the fleet's line, as b last
+// saw it.
+func (b *Breaker) inFleetLine(w *breakerWaiter) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	name := b.waiterName(w)
+	return slices.ContainsFunc(b.line, func(x SharedWaiter) bool { return x.Owner == name })
+}
+
+// fleetAhead is ahead for the fleet's line: the calls before w that have
+// come to the breaker at now, all of them when w is not in line.
+func (b *Breaker) fleetAhead(now time.Time, w *breakerWaiter) int {
+	name := ""
+	if w != nil {
+		name = b.waiterName(w)
+	}
+	k := 0
+	for _, x := range b.line {
+		if x.Owner == name {
+			break
+		}
+		if !x.Ready.After(now) {
+			k++
+		}
+	}
+	return k
+}
+
+// fleetFirst reports whether w (nil: a call not in line) is the first
+// call of the fleet's line that has come to the breaker at now.
+func (b *Breaker) fleetFirst(now time.Time, w *breakerWaiter) bool {
+	for _, x := range b.line {
+		if !x.Ready.After(now) {
+			return w != nil && x.Owner == b.waiterName(w)
+		}
+	}
+	return w == nil
 }

@@ -343,3 +343,128 @@ func TestSharedStateJSON(t *testing.T) {
 		t.Errorf("after a JSON round trip (-want +got):\n%s", diff)
 	}
 }
+
+// A Breaker with a Store needs a Key, and no negative StoreTimeout or
+// ProbeLease.
+func TestSharedBreakerValidate(t *testing.T) {
+	store := &breakerstore.Memory{}
+	tests := []struct {
+		name string
+		br   *llmretry.Breaker
+		want string // "" for valid
+	}{
+		{name: "keyed", br: &llmretry.Breaker{Store: store, Key: "k"}},
+		{name: "no_key", br: &llmretry.Breaker{Store: store}, want: "llmretry: backend 0 (a): breaker store has no key"},
+		{name: "negative_timeout", br: &llmretry.Breaker{Store: store, Key: "k", StoreTimeout: -ms}, want: "llmretry: backend 0 (a): breaker store timeout or probe lease is negative"},
+		{name: "negative_lease", br: &llmretry.Breaker{Store: store, Key: "k", ProbeLease: -ms}, want: "llmretry: backend 0 (a): breaker store timeout or probe lease is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &chain{Backends: []backend{{Model: "a", Call: newDesk("a", takes(0)).Call, Breaker: tc.br}}}
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			checkConfigErr(t, "Validate()", err, tc.want)
+		})
+	}
+}
+
+// The fleet's line decides who goes first: the call that began first,
+// whichever process it is in. Two calls wait on a half-open backend,
+// the earlier in the second process; it gets the probe even though the
+// first process's call asked at the same instant.
+func TestSharedBreakerFleetLine(t *testing.T) {
+	tests := []struct {
+		name  string
+		share bool
+		want  []sent
+	}{
+		{name: "shared", share: true, want: []sent{{30 * sec, "early"}, {35 * sec, "late"}}},
+		// Apart, each process probes on its own.
+		{name: "apart", share: false, want: []sent{{30 * sec, "early"}, {30 * sec, "late"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				brs := fleet(2, tc.share, &breakerstore.Memory{})
+				tripFor(t, brs[0], 30*sec)
+				if !tc.share {
+					tripFor(t, brs[1], 30*sec)
+				}
+				a := newDesk("a", takes(5*sec))
+				chains := make([]*chain, 2)
+				for i, br := range brs {
+					chains[i] = &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: br}}}
+				}
+				a.start = time.Now()
+				late := doAt(t.Context(), chains[0], 20*sec, "late")
+				early := doAt(t.Context(), chains[1], 10*sec, "early")
+				for _, o := range []<-chan outcome{late, early} {
+					if r := <-o; r.err != nil {
+						t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+					}
+				}
+				if diff := cmp.Diff(tc.want, a.log(), cmpopts.SortSlices(func(x, y sent) bool { return x.Req < y.Req })); diff != "" {
+					t.Errorf("requests to the primary (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// oddStore is a store whose every compare-and-swap finds the state
+// changed (busy), or whose state is of a format newer than this
+// package's (newer).
+type oddStore struct {
+	breakerstore.Memory
+	busy, newer bool
+}
+
+func (s *oddStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+	st, ver, err := s.Memory.Load(ctx, key)
+	if s.newer {
+		st.Format = llmretry.SharedFormat + 1
+	}
+	return st, ver, err
+}
+
+func (s *oddStore) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+	if s.busy {
+		return false, nil
+	}
+	return s.Memory.CompareAndSwap(ctx, key, version, next)
+}
+
+// A store that another process changes on every try, or that holds a
+// state this package cannot read, is a failing store: the call goes
+// through on the local state, and the failure is counted.
+func TestSharedBreakerStoreCannotBeUsed(t *testing.T) {
+	tests := []struct {
+		name    string
+		store   *oddStore
+		errs    int64 // the letting through failed; how it went changed nothing to write when the store is busy
+		down    bool
+		wantErr string
+	}{
+		{name: "busy", store: &oddStore{busy: true}, errs: 1, down: false, wantErr: "llmretry: breaker store: the state changed on every try"},
+		{name: "newer_format", store: &oddStore{newer: true}, errs: 2, down: true, wantErr: "llmretry: breaker store: state of format 2, newer than 1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			br := &llmretry.Breaker{Store: tc.store, Key: "k"}
+			c := &chain{Backends: []backend{{Model: "a", Call: newDesk("a", takes(0)).Call, Breaker: br}}}
+			if got, err := c.Do(t.Context(), "r"); got != "a: r" || err != nil {
+				t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "a: r")
+			}
+			st := br.State()
+			if st.StoreErrors != tc.errs || st.StoreUnavailable != tc.down || st.StoreErr == nil || st.StoreErr.Error() != tc.wantErr {
+				t.Errorf("State() = %+v, want %d store errors, unavailable %v, %q", st, tc.errs, tc.down, tc.wantErr)
+			}
+		})
+	}
+}

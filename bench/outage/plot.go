@@ -26,6 +26,11 @@ var colours = map[string]color.Color{
 	nameRetryGo:      color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 	nameGoRetry:      color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 	nameOpenAI:       color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
+
+	// The fleet rows, in the colours of the rows they extend.
+	nameFleetBreaker: color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+	nameFleetPaced:   color.RGBA{R: 0xe3, G: 0x77, B: 0xc2, A: 0xff},
+	nameFleetShared:  color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},
 }
 
 // WritePacingSVG draws one scenario for the Breaker rows alone, without

@@ -28,6 +28,8 @@ type Result struct {
 	SentBins  []int         // requests sent per 10 s
 	AnsBins   []int         // answers per 10 s
 	Bins429   []int         // requests answered 429, per 10 s of their send
+
+	StoreCalls int64 // calls to the Breakers' shared store (fleet rows with one); 0 without
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.

@@ -461,5 +461,9 @@ func play(sc *Scenario, st Strategy, seed, order uint64) *Result {
 		<-finished
 	}
 	close(stop)
-	return w.result(st)
+	r := w.result(st)
+	if e.storeCalls != nil {
+		r.StoreCalls = e.storeCalls()
+	}
+	return r
 }

@@ -67,6 +67,8 @@ type Env struct {
 	deadline   bool
 	transports [2]http.RoundTripper
 	urls       [2]string
+
+	storeCalls func() int64 // the calls a strategy made to its shared store, for Result.StoreCalls; nil: none
 }
 
 // client is an HTTP client for backend b. timeout is http.Client's own
@@ -212,7 +214,14 @@ const (
 
 // llmRetryChain builds buildLLMRetry's chain with the given breakers.
 func llmRetryChain(mode int) func(e *Env) doFunc {
-	return func(e *Env) doFunc {
+	return func(e *Env) doFunc { return llmRetryChainOf(e, mode, nil) }
+}
+
+// llmRetryChainOf is llmRetryChain's chain for e; with store, its
+// Breakers keep their state there, each backend under its own key, as
+// every process of a fleet does.
+func llmRetryChainOf(e *Env, mode int, store llmretry.BreakerStore) doFunc {
+	{
 		waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 		call := func(b int) func(ctx context.Context, id int) (int, error) {
 			c := e.client(b, 0)
@@ -244,6 +253,9 @@ func llmRetryChain(mode int) func(e *Env) doFunc {
 		if mode != noBreakers {
 			for i := range chain.Backends {
 				addBreaker(&chain.Backends[i], mode == pacedBreakers)
+				if store != nil {
+					chain.Backends[i].Breaker.Store, chain.Backends[i].Breaker.Key = store, chain.Backends[i].Model
+				}
 			}
 		}
 		return chain.Do

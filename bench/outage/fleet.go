@@ -1,0 +1,139 @@
+package outage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgsvg"
+
+	"github.com/llmretry/llmretry/breakerstore"
+)
+
+// A fleet plays a scenario's arrivals spread over n processes: caller i
+// goes to process i mod n, and each process has its own chain, with its
+// own Breakers, on the same two providers. The rows differ in what the
+// processes share: nothing (a Breaker per process, without and with
+// pacing), or the Breakers' state, through one store that every process
+// reaches in storeLatency a call.
+
+// FleetSizes are the fleets the tables show.
+var FleetSizes = []int{4, 16}
+
+// storeLatency is what one call to the shared store takes in the fleet
+// rows: a round trip to a database on the same network.
+const storeLatency = 2 * time.Millisecond
+
+// The fleet rows' names.
+const (
+	nameFleetBreaker = "a Breaker per process"
+	nameFleetPaced   = "a paced Breaker per process"
+	nameFleetShared  = "one shared store (2 ms a call)"
+)
+
+// FleetScenarios are the scenarios the fleet tables play: those where
+// what a process learns matters to the others.
+func FleetScenarios() []Scenario {
+	var out []Scenario
+	for _, sc := range Scenarios() {
+		switch sc.Name {
+		case "rate-limit", "failover-overload", "hard-down":
+			out = append(out, sc)
+		}
+	}
+	return out
+}
+
+// FleetStrategies are the rows of a fleet of n processes.
+func FleetStrategies(n int) []Strategy {
+	return []Strategy{
+		{Name: nameFleetBreaker, Breaker: true, build: fleetOf(n, unpacedBreakers, false)},
+		{Name: nameFleetPaced, Breaker: true, Paced: true, build: fleetOf(n, pacedBreakers, false)},
+		{Name: nameFleetShared, Breaker: true, Paced: true, build: fleetOf(n, pacedBreakers, true)},
+	}
+}
+
+// fleetOf builds n processes' chains, with breakers as mode says, their
+// Breakers sharing one store when shared is set.
+func fleetOf(n, mode int, shared bool) func(e *Env) doFunc {
+	return func(e *Env) doFunc {
+		var store *breakerstore.Memory
+		if shared {
+			store = &breakerstore.Memory{Latency: storeLatency}
+			e.storeCalls = func() int64 {
+				c := store.Calls()
+				return c.Loads + c.Swaps + c.Watches
+			}
+		}
+		procs := make([]doFunc, n)
+		for i := range procs {
+			// A nil *Memory in the interface would be a store that is
+			// there: pass a nil interface for none.
+			if store != nil {
+				procs[i] = llmRetryChainOf(e, mode, store)
+			} else {
+				procs[i] = llmRetryChainOf(e, mode, nil)
+			}
+		}
+		return func(ctx context.Context, id int) (int, error) { return procs[id%n](ctx, id) }
+	}
+}
+
+// WriteFleetMarkdown writes the table of one scenario played by fleets of
+// every size: one row per fleet size and strategy.
+func WriteFleetMarkdown(w io.Writer, sc *Scenario, sizes []int, results [][]*Result) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "#### %s, spread over a fleet\n\n%s; caller i goes to process i mod N.\n\n", sc.Name, sc.About)
+	b.WriteString("| N | strategy | answered | p50 | p95 | p95 to any outcome | sent/answer | answered 429 | early sends | parked | store calls/request |\n")
+	b.WriteString("|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for i, n := range sizes {
+		for _, r := range results[i] {
+			calls := "-"
+			if r.StoreCalls > 0 {
+				calls = fmt.Sprintf("%.1f", float64(r.StoreCalls)/float64(r.Requests))
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s (%d) | %s | %s | %s | %s | %d | %d | %d | %s |\n",
+				n, r.Strategy, percent(r.Answered, r.Requests), r.Answered,
+				seconds(r.P50), seconds(r.P95), seconds(r.P95Done),
+				ratio(r.SentPerAnswer(), r.Answered), r.Got429, r.Early, r.Parked, calls)
+		}
+	}
+	b.WriteString("\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteFleetSVG draws one scenario played by a fleet of n processes, one
+// line per row: requests sent per 10 s above, requests answered 429 per
+// 10 s (by when they were sent) below.
+func WriteFleetSVG(w io.Writer, sc *Scenario, n int, results []*Result) error {
+	top, err := series(results, func(r *Result) []int { return r.SentBins })
+	if err != nil {
+		return err
+	}
+	top.Title.Text = fmt.Sprintf("%s over %d processes", sc.Name, n)
+	top.Y.Label.Text = "requests sent per 10 s"
+	bottom, err := series(results, func(r *Result) []int {
+		b := make([]int, max(len(r.Bins429), len(r.SentBins)))
+		copy(b, r.Bins429)
+		return b
+	})
+	if err != nil {
+		return err
+	}
+	bottom.Y.Label.Text = "requests answered 429 per 10 s (by send)"
+	bottom.X.Label.Text = "minutes since the start of the run"
+	top.X.Max = max(top.X.Max, bottom.X.Max)
+	bottom.X.Max = top.X.Max
+	c := vgsvg.New(9*vg.Inch, 6*vg.Inch)
+	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, draw.Tiles{Rows: 2, Cols: 1, PadY: vg.Points(12)}, draw.New(c))
+	top.Draw(canvases[0][0])
+	bottom.Draw(canvases[1][0])
+	_, err = c.WriteTo(w)
+	return err
+}
