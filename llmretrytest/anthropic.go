@@ -195,6 +195,7 @@ func anthropicStream(x *exchange, st Step) bool {
 	if !x.event("message_start", mustJSON(start)) {
 		return false
 	}
+	x.reportUsage(Usage{InputTokens: inputTokens, OutputTokens: 1})
 	if st.kind == kindStreamError {
 		errType, _, _, msg := anthropicError(http.StatusOK, st, x.req.Model)
 		return x.event("error", anthropicErrorBody(http.StatusOK, errType, "", "", msg))
@@ -233,5 +234,6 @@ func anthropicStream(x *exchange, st Step) bool {
 	if !x.event("message_delta", mustJSON(end)) {
 		return false
 	}
+	x.reportUsage(answerUsage(st)) // message_delta's output_tokens is the total
 	return x.event("message_stop", []byte(`{"type":"message_stop"}`))
 }

@@ -25,9 +25,10 @@
 // repeats, so a one-step script plays forever. A model with no script gets
 // a 404 in the provider's shape. Every request the server reads is logged
 // ([Server.Requests]) with its model, API, whether it asked for a stream,
-// when it arrived, its number for that model, the step it played and its
-// header, so a test can compare what its client recorded with what the
-// provider saw, request for request.
+// when it arrived, its number for that model, the step it played, its
+// header and the usage the response told the client, so a test can
+// compare what its client recorded with what the provider saw, request for
+// request, and what the requests cost.
 //
 // # Endpoints
 //
@@ -44,6 +45,14 @@
 // input tokens and one output token per word (Anthropic's message_start
 // says 1 output token, as Anthropic's does, until message_delta gives the
 // count).
+//
+// POST /v1/responses speaks OpenAI's Responses API, at the same base URL
+// and with the same errors and headers as Chat Completions, logged with
+// API "openai-responses": an answer is a response object whose status
+// says how it ended, and a stream runs from response.created through one
+// response.output_text.delta per word to response.completed,
+// response.incomplete or response.failed, with no [DONE]. The same steps
+// script it; [Failed] plays the failed response only it has.
 //
 // A body that is not JSON, or names no model, gets a 400 in the
 // provider's shape, one over 10 MiB a 413; both are logged with Model "".

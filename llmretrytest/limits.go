@@ -174,7 +174,7 @@ func (s *Server) admit(model, api string, st Step, now time.Time) (Step, bool) {
 		wait := max(reqWait, tokWait)
 		secs := (wait + time.Second - 1) / time.Second
 		out = out.WithHeader("Retry-After", strconv.FormatInt(int64(secs), 10))
-		if api == openAI.name {
+		if api == openAI.name || api == responsesAPI.name {
 			ms := (wait + time.Millisecond - 1) / time.Millisecond
 			out = out.WithHeader("Retry-After-Ms", strconv.FormatInt(int64(ms), 10))
 		}
@@ -208,7 +208,7 @@ func rateHeaders(api, bucket string, m *meter, now time.Time) [][2]string {
 	limit := strconv.FormatInt(m.burst, 10)
 	remaining := strconv.FormatInt(m.remaining(now), 10)
 	untilFull := m.untilFull(now)
-	if api == openAI.name {
+	if api == openAI.name || api == responsesAPI.name {
 		reset := ((untilFull + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
 		return [][2]string{
 			{"X-Ratelimit-Limit-" + bucket, limit},

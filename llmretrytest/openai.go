@@ -45,6 +45,9 @@ func openAIError(status int, st Step, model string) (errType, code, param, messa
 	switch st.kind {
 	case kindInsufficientQuota:
 		return "insufficient_quota", "insufficient_quota", "", "You exceeded your current quota, please check your plan and billing details."
+	case kindContentFilter:
+		return "invalid_request_error", "content_filter", "prompt",
+			"The response was filtered due to the prompt triggering the content management policy. Please modify your prompt and retry."
 	case kindContextLength:
 		return "invalid_request_error", "context_length_exceeded", "messages",
 			"This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages."
@@ -74,10 +77,26 @@ type openAIUsage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// The details are sent only when a step sets them (WithUsageDetails).
+	PromptTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details,omitempty"`
+	CompletionTokensDetails *struct {
+		ReasoningTokens int64 `json:"reasoning_tokens"`
+	} `json:"completion_tokens_details,omitempty"`
 }
 
-func newOpenAIUsage(chunks int) *openAIUsage {
-	return &openAIUsage{PromptTokens: inputTokens, CompletionTokens: chunks, TotalTokens: inputTokens + chunks}
+func newOpenAIUsage(st Step, chunks int) *openAIUsage {
+	u := &openAIUsage{PromptTokens: inputTokens, CompletionTokens: chunks, TotalTokens: inputTokens + chunks}
+	if st.cached != 0 || st.reasoning != 0 {
+		u.PromptTokensDetails = &struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		}{st.cached}
+		u.CompletionTokensDetails = &struct {
+			ReasoningTokens int64 `json:"reasoning_tokens"`
+		}{st.reasoning}
+	}
+	return u
 }
 
 type openAICompletion struct {
@@ -152,7 +171,7 @@ func openAIJSON(x *exchange, st Step) []byte {
 			Message:      openAIMessage{Role: "assistant", Content: strings.Join(chunks, "")},
 			FinishReason: openAIFinish(st),
 		}},
-		Usage: newOpenAIUsage(len(chunks)),
+		Usage: newOpenAIUsage(st, len(chunks)),
 	})
 }
 
@@ -207,11 +226,12 @@ func openAIStream(x *exchange, st Step) bool {
 			Created: x.req.Time.Unix(),
 			Model:   x.req.Model,
 			Choices: []openAIChunkChoice{},
-			Usage:   newOpenAIUsage(len(texts)),
+			Usage:   newOpenAIUsage(st, len(texts)),
 		})
 		if !x.event("", usage) {
 			return false
 		}
+		x.reportUsage(answerUsage(st))
 	}
 	return x.event("", []byte("[DONE]"))
 }

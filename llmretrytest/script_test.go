@@ -62,7 +62,7 @@ func TestScriptAndLog(t *testing.T) {
 		{Model: "gpt", API: "anthropic", N: 5, Step: "answer"},
 	}
 	got := s.Requests()
-	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Request{}, "Time", "Header")); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Request{}, "Time", "Header", "Usage")); diff != "" {
 		t.Errorf("Requests() (-want +got):\n%s", diff)
 	}
 	checkTimes(t, got)

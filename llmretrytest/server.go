@@ -21,7 +21,8 @@ const maxBody = 10 << 20
 
 // Server is a scripted LLM provider listening on 127.0.0.1: it answers
 // OpenAI Chat Completions at POST /v1/chat/completions and Anthropic
-// Messages at POST /v1/messages, each request with the next [Step] of its
+// Messages at POST /v1/messages (and OpenAI's Responses API at POST
+// /v1/responses), each request with the next [Step] of its
 // model's script. Create one with [NewServer] and end it with
 // [Server.Close]; the zero Server is not usable. Its methods are safe for
 // concurrent use, also while requests are being served.
@@ -67,7 +68,7 @@ type script struct {
 // [Server.Requests] returns it.
 type Request struct {
 	Model  string    // the request body's "model"; "" when the body could not be decoded
-	API    string    // "openai" or "anthropic"
+	API    string    // "openai", "openai-responses" or "anthropic"
 	Stream bool      // the request asked for a stream ("stream": true)
 	Time   time.Time // when the server had read the request and chose its step
 	N      int       // 1-based count of requests for this model, this one included
@@ -86,6 +87,15 @@ type Request struct {
 	// keeps credentials as the client sent them (Authorization,
 	// x-api-key): a test that prints it prints its test key.
 	Header http.Header
+	// Usage is the usage the response told the client: a JSON answer's
+	// usage block, once the whole body was written, or a stream's last
+	// usage event written so far. It is nil when the client was told
+	// none: an error status, a connection cut or a stall before the
+	// usage was sent, an OpenAI stream without
+	// stream_options.include_usage, and the hostile bodies ([HugeBody],
+	// [EndlessBody], [Trickle]), whose usage is not logged. A test sums
+	// it to check what its client says the requests cost.
+	Usage *Usage
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -176,6 +186,10 @@ func (s *Server) Requests() []Request {
 	reqs := slices.Clone(s.log)
 	for i := range reqs {
 		reqs[i].Header = reqs[i].Header.Clone() // a map: the copy must not share it
+		if u := reqs[i].Usage; u != nil {
+			c := *u
+			reqs[i].Usage = &c
+		}
 	}
 	return reqs
 }
@@ -236,6 +250,7 @@ type exchange struct {
 	id           string // request id, "req_<model>_<N>"
 	requestID    string // the header that carries id
 	includeUsage bool   // OpenAI stream_options.include_usage
+	logged       int    // the index of req in the server's log, for reportUsage
 }
 
 // incoming is the part of a request body the server reads.
@@ -258,6 +273,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		ep = &openAI
 	case "/v1/messages":
 		ep = &anthropic
+	case "/v1/responses":
+		ep = &responsesAPI
 	default:
 		// Neither SDK sends this. It is not logged: the log is of
 		// requests to a model, and this names none.
@@ -338,6 +355,7 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h ht
 	}
 	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
+	x.logged = len(s.log)
 	s.log = append(s.log, x.req)
 	s.mu.Unlock()
 	s.traceEvent("arrive", x.req)
@@ -395,17 +413,20 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 			panic(http.ErrAbortHandler)
 		}
 		return
-	case kindStatus, kindInsufficientQuota, kindContextLength:
+	case kindStatus, kindInsufficientQuota, kindContextLength, kindContentFilter:
 		status := st.status
 		switch st.kind {
 		case kindInsufficientQuota:
 			status = http.StatusTooManyRequests
-		case kindContextLength:
+		case kindContextLength, kindContentFilter:
 			status = http.StatusBadRequest
 		}
 		errType, code, param, msg := ep.errorFor(status, st, x.req.Model)
 		writeError(x.w, ep, &st, status, errType, code, param, msg, x.id)
 		return
+	}
+	if st.kind == kindFailed && ep != &responsesAPI {
+		st.kind = kindStreamError // only the Responses API has failed answers
 	}
 	if x.req.Stream {
 		if !ep.stream(x, st) {
@@ -447,7 +468,9 @@ func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
 		x.stall()
 		panic(http.ErrAbortHandler)
 	}
-	_, _ = x.w.Write(body)
+	if _, err := x.w.Write(body); err == nil {
+		x.reportUsage(answerUsage(st))
+	}
 }
 
 // statusForType is the HTTP status a provider's error type stands for, for

@@ -17,6 +17,8 @@ const (
 	kindStatus
 	kindInsufficientQuota
 	kindContextLength
+	kindContentFilter
+	kindFailed
 	kindStreamError
 	kindStreamDrop
 	kindStreamUnfinished
@@ -39,6 +41,9 @@ const (
 // never alter the receiver, so one Step may be used in many scripts and by
 // many goroutines. The zero Step is Answer("").
 type Step struct {
+	// cached and reasoning are the usage details WithUsageDetails sets.
+	cached, reasoning int64
+
 	kind    stepKind
 	text    string      // Answer, Truncated, Refuse
 	status  int         // Status
@@ -58,6 +63,8 @@ type Step struct {
 //	Status(503)              "status 503"
 //	InsufficientQuota()      "status 429 insufficient_quota"
 //	ContextLengthExceeded()  "status 400 context_length_exceeded"
+//	ContentFilter()          "status 400 content_filter"
+//	Failed("server_error")   "failed server_error"
 //	StreamError("api_error") "stream error api_error"
 //	StreamDrop(2)            "stream drop 2"
 //	StreamUnfinished(2)      "stream unfinished 2"
@@ -90,6 +97,10 @@ func (s Step) String() string {
 		return statusName(429) + " insufficient_quota"
 	case kindContextLength:
 		return statusName(400) + " context_length_exceeded"
+	case kindContentFilter:
+		return statusName(400) + " content_filter"
+	case kindFailed:
+		return "failed " + s.errType
 	case kindStreamError:
 		return "stream error " + s.errType
 	case kindStreamDrop:
@@ -170,6 +181,20 @@ func InsufficientQuota() Step { return Step{kind: kindInsufficientQuota} }
 // context window: OpenAI's code "context_length_exceeded" (param
 // "messages"), Anthropic's invalid_request_error "prompt is too long".
 func ContextLengthExceeded() Step { return Step{kind: kindContextLength} }
+
+// ContentFilter is a 400 for a prompt the provider's content filter
+// blocked, as Azure OpenAI sends it: type "invalid_request_error", code
+// "content_filter", param "prompt". Anthropic has no such answer and gets
+// a plain 400 invalid_request_error.
+func ContentFilter() Step { return Step{kind: kindContentFilter} }
+
+// Failed is an answer the model failed partway with an error of code
+// (such as "server_error" or "rate_limit_exceeded"), as the Responses API
+// reports it: status 200 and a response whose status is "failed" and
+// whose error has that code, in a stream the response.failed event after
+// response.created. The Chat Completions and Anthropic endpoints, which
+// have no failed answer, play it as [StreamError](code).
+func Failed(code string) Step { return Step{kind: kindFailed, errType: code} }
 
 // StreamError is a 200 stream that opens (OpenAI's role chunk, Anthropic's
 // message_start) and then reports an error of errType in the stream, as
@@ -291,6 +316,19 @@ func PartialHeaders() Step { return Step{kind: kindPartialHeaders} }
 // ([Hangup], [Down], [StallHeaders], [PartialHeaders]).
 func (s Step) WithHeader(key, value string) Step {
 	s.headers = append(slices.Clip(s.headers), [2]string{key, value})
+	return s
+}
+
+// WithUsageDetails returns a copy of s whose answer's usage reports, of
+// its input tokens, cached read from the provider's cache, and, of its
+// output tokens, reasoning spent on reasoning: OpenAI's
+// prompt_tokens_details.cached_tokens and
+// completion_tokens_details.reasoning_tokens, and the Responses API's
+// input_tokens_details.cached_tokens and
+// output_tokens_details.reasoning_tokens. Without it both are 0. The
+// Anthropic endpoint ignores them.
+func (s Step) WithUsageDetails(cached, reasoning int64) Step {
+	s.cached, s.reasoning = cached, reasoning
 	return s
 }
 

@@ -22,6 +22,8 @@ func TestStepString(t *testing.T) {
 		{Status(429).WithHeader("retry-after", "1").After(time.Second), "status 429"},
 		{InsufficientQuota(), "status 429 insufficient_quota"},
 		{ContextLengthExceeded(), "status 400 context_length_exceeded"},
+		{ContentFilter(), "status 400 content_filter"},
+		{Failed("server_error").WithUsageDetails(1, 2), "failed server_error"},
 		{StreamError("overloaded_error"), "stream error overloaded_error"},
 		{StreamDrop(2), "stream drop 2"},
 		{StreamUnfinished(0), "stream unfinished 0"},

@@ -19,6 +19,7 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // These tests run the real openai-go client against llmretrytest's
@@ -36,18 +37,43 @@ const short = time.Millisecond
 type mode int
 
 const (
-	plain  mode = iota // Chat
-	stream             // ChatStream
+	plain      mode = iota // Chat
+	stream                 // ChatStream
+	respPlain              // Responses
+	respStream             // ResponsesStream
 )
 
-var modes = []mode{plain, stream}
+var modes = []mode{plain, stream, respPlain, respStream}
 
 func (m mode) String() string {
-	if m == stream {
-		return "stream"
-	}
-	return "json"
+	return [...]string{"json", "stream", "responses_json", "responses_stream"}[m]
 }
+
+// streams reports whether m asks for a stream.
+func (m mode) streams() bool { return m == stream || m == respStream }
+
+// api is the endpoint m's requests reach, as the server logs it.
+func (m mode) api() string {
+	if m == respPlain || m == respStream {
+		return "openai-responses"
+	}
+	return "openai"
+}
+
+// in is the mode of m's shape, plain or streaming, in the API of r.
+func (m mode) in(r mode) mode {
+	base := plain
+	if r == respPlain || r == respStream {
+		base = respPlain
+	}
+	if m.streams() {
+		return base + 1
+	}
+	return base
+}
+
+// apis are one mode of each API, for tests that run a table in both.
+var apis = []mode{plain, respPlain}
 
 // newServer starts a scripted provider that the test closes.
 func newServer(t *testing.T) *llmretrytest.Server {
@@ -76,6 +102,14 @@ func build(q string) openai.ChatCompletionNewParams {
 	}
 }
 
+// buildResponses is build for the Responses API.
+func buildResponses(q string) responses.ResponseNewParams {
+	return responses.ResponseNewParams{
+		Model: "not-scripted",
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(q)},
+	}
+}
+
 // deltas collects what a streaming backend emits.
 type deltas struct {
 	mu   sync.Mutex
@@ -97,10 +131,24 @@ func (d *deltas) all() []string {
 // backend returns the backend for model in mode m, emitting into d when
 // it streams.
 func backend(m mode, client openai.Client, model string, d *deltas) llmretry.Backend[string, llmretry.Completion] {
-	if m == stream {
+	switch m {
+	case stream:
 		return openairetry.ChatStream(client, model, build, d.emit)
+	case respPlain:
+		return openairetry.Responses(client, model, buildResponses)
+	case respStream:
+		return openairetry.ResponsesStream(client, model, buildResponses, d.emit)
 	}
 	return openairetry.Chat(client, model, build)
+}
+
+// buffered returns the backend for model in streaming mode m with a nil
+// emit, which holds its answer.
+func buffered(m mode, client openai.Client, model string) llmretry.Backend[string, llmretry.Completion] {
+	if m == respStream {
+		return openairetry.ResponsesStream(client, model, buildResponses, nil)
+	}
+	return openairetry.ChatStream(client, model, build, nil)
 }
 
 // waits is a retry policy of n short waits.
@@ -154,7 +202,8 @@ type row struct {
 // joinLog checks the chain's records against the logs of the servers,
 // request for request: every attempt that reached a server sent exactly
 // one request, for its model and in its mode, while the attempt ran, and
-// every logged request belongs to an attempt. An attempt refused at
+// reports the usage the server told it; and every logged request belongs
+// to an attempt. An attempt refused at
 // connect (the server was down) reached none. It returns the attempts
 // joined with their requests, for the test to compare.
 func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmretrytest.Server) []row {
@@ -184,13 +233,22 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 		req := log[0]
 		log = log[1:]
 		reached[a.Model]++
-		if req.Model != a.Model || req.N != reached[a.Model] || req.Stream != (m == stream) || req.API != "openai" {
-			t.Errorf("attempt %d (%v): logged request = %+v, want model %s, N %d, stream %v, api openai",
-				i, a, req, a.Model, reached[a.Model], m == stream)
+		if req.Model != a.Model || req.N != reached[a.Model] || req.Stream != m.streams() || req.API != m.api() {
+			t.Errorf("attempt %d (%v): logged request = %+v, want model %s, N %d, stream %v, api %s",
+				i, a, req, a.Model, reached[a.Model], m.streams(), m.api())
 		}
 		if req.Time.Before(a.Start) || req.Time.After(a.Start.Add(a.Elapsed)) {
 			t.Errorf("attempt %d (%v): request logged at %v, outside the attempt's %v + %v",
 				i, a, req.Time, a.Start, a.Elapsed)
+		}
+		// What the attempt says it cost is what the server told it.
+		var told *llmretry.Usage
+		if req.Usage != nil {
+			u := llmretry.Usage(*req.Usage)
+			told = &u
+		}
+		if diff := cmp.Diff(told, a.Usage); diff != "" {
+			t.Errorf("attempt %d (%v): usage differs from the server's log (-log +record):\n%s", i, a, diff)
 		}
 		r.Step = req.Step
 		rows = append(rows, r)
@@ -204,7 +262,7 @@ func joinLog(t *testing.T, m mode, attempts []llmretry.Attempt, servers ...*llmr
 // answered is the row of a successful attempt: a stream that answers
 // has delivered its text.
 func answered(m mode, model string, try int) row {
-	return row{Model: model, Try: try, Step: "answer", OK: true, Delivered: m == stream}
+	return row{Model: model, Try: try, Step: "answer", OK: true, Delivered: m.streams()}
 }
 
 // text returns a pointer to s, for rows' raw text.
@@ -236,14 +294,35 @@ func TestRetriesThenAnswers(t *testing.T) {
 			wantAnswer := llmretry.Completion{
 				Model: "gpt-a", Text: "The sky is blue.", StopReason: "stop", InputTokens: 10, OutputTokens: 4,
 			}
+			if m.api() == "openai-responses" {
+				wantAnswer.StopReason = "completed"
+			}
 			if diff := cmp.Diff(wantAnswer, got, cmpopts.IgnoreFields(llmretry.Completion{}, "Raw")); diff != "" {
 				t.Errorf("Do() answer (-want +got):\n%s", diff)
 			}
-			raw, ok := got.Raw.(*openai.ChatCompletion)
-			if !ok || raw.Choices[0].Message.Content != got.Text || raw.Usage.CompletionTokens != 4 {
-				t.Errorf("Do() answer Raw = %#v, want the *openai.ChatCompletion with the text and usage", got.Raw)
+			switch raw := got.Raw.(type) {
+			case *openai.ChatCompletion:
+				if m.api() != "openai" || raw.Choices[0].Message.Content != got.Text || raw.Usage.CompletionTokens != 4 {
+					t.Errorf("Do() answer Raw = %#v, want the *openai.ChatCompletion with the text and usage", got.Raw)
+				}
+			case *responses.Response:
+				if m.api() != "openai-responses" || raw.OutputText() != got.Text || raw.Usage.OutputTokens != 4 {
+					t.Errorf("Do() answer Raw = %#v, want the *responses.Response with the text and usage", got.Raw)
+				}
+			default:
+				t.Errorf("Do() answer Raw = %T, want the SDK's response", got.Raw)
 			}
-			if m == stream {
+			// The answer's record says what the server reported it cost;
+			// the 503s reported nothing.
+			wantUsage := []*llmretry.Usage{nil, nil, {InputTokens: 10, OutputTokens: 4}}
+			var gotUsage []*llmretry.Usage
+			for _, a := range attempts {
+				gotUsage = append(gotUsage, a.Usage)
+			}
+			if diff := cmp.Diff(wantUsage, gotUsage); diff != "" {
+				t.Errorf("records' usage (-want +got):\n%s", diff)
+			}
+			if m.streams() {
 				if diff := cmp.Diff([]string{"The ", "sky ", "is ", "blue."}, d.all()); diff != "" {
 					t.Errorf("emitted (-want +got):\n%s", diff)
 				}
@@ -314,8 +393,8 @@ func TestRetryAfter(t *testing.T) {
 
 // TestTransientRetried runs through every failure that may pass before an
 // answer: server errors, an error event inside the stream (a 5xx of the
-// same type for a plain request) and a connection closed without a
-// response.
+// same type for a plain request), a connection closed without a response
+// and a body or event that does not decode.
 func TestTransientRetried(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
@@ -329,10 +408,11 @@ func TestTransientRetried(t *testing.T) {
 				llmretrytest.StreamError("server_error"),
 				llmretrytest.StreamError("overloaded_error"),
 				llmretrytest.Hangup(),
+				llmretrytest.Malformed(),
 				llmretrytest.Answer("ok"),
 			)
 			a := backend(m, newClient(srv), "gpt-a", &deltas{})
-			a.Retry = waits(6)
+			a.Retry = waits(7)
 
 			_, attempts, err := run(t, a)
 			if err != nil {
@@ -348,7 +428,8 @@ func TestTransientRetried(t *testing.T) {
 				transient(4, "stream error server_error", 500),
 				transient(5, "stream error overloaded_error", 529),
 				transient(6, "hangup", 0),
-				answered(m, "gpt-a", 7),
+				transient(7, "malformed", 0),
+				answered(m, "gpt-a", 8),
 			}
 			if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
 				t.Errorf("records (-want +got):\n%s", diff)
@@ -450,11 +531,19 @@ func TestTruncation(t *testing.T) {
 				answered(m, "gpt-b", 1),
 			}
 			if len(attempts) > 0 {
-				if msg, want := fmt.Sprint(attempts[0].Err), `finish reason "length") (request req_gpt-a_1)`; !strings.Contains(msg, want) {
+				want := `finish reason "length") (request req_gpt-a_1)`
+				if m.api() == "openai-responses" {
+					want = `reason "max_output_tokens") (request req_gpt-a_1)`
+				}
+				if msg := fmt.Sprint(attempts[0].Err); !strings.Contains(msg, want) {
 					t.Errorf("attempt 1 error = %q, want it to contain %q", msg, want)
 				}
+				// A truncated answer is billed: its record says for what.
+				if diff := cmp.Diff(&llmretry.Usage{InputTokens: 10, OutputTokens: 3}, attempts[0].Usage); diff != "" {
+					t.Errorf("attempt 1 usage (-want +got):\n%s", diff)
+				}
 			}
-			if m == stream {
+			if m.streams() {
 				// The caller holds "The sky is" already.
 				want = want[:1]
 				want[0].Delivered, want[0].Next, want[0].Why = true, llmretry.NextStop, llmretry.WhyDelivered
@@ -520,8 +609,9 @@ func TestStreamBroken(t *testing.T) {
 			emitted: []string{"chunk1 "},
 		},
 		{
-			name: "cut_after_text_nil_emit", mode: stream, step: llmretrytest.StreamDrop(2), nilEmit: true,
-			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextStop, Why: llmretry.WhyDelivered, Delivered: true, Raw: text("chunk1 chunk2 ")},
+			// Nobody holds the text of a buffered stream: it is sent again.
+			name: "cut_after_progress_nil_emit", mode: stream, step: llmretrytest.StreamDrop(2), nilEmit: true,
+			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short, Raw: text("chunk1 chunk2 ")},
 		},
 		{
 			name: "unfinished_after_text", mode: stream, step: llmretrytest.StreamUnfinished(2),
@@ -549,43 +639,48 @@ func TestStreamBroken(t *testing.T) {
 			want: row{Step: "stream drop 2", Kind: llmretry.KindTransient, Next: llmretry.NextRetry, RetryIn: short},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
-			srv.Script("gpt-b", llmretrytest.Answer("ok"))
-			client := newClient(srv)
-			var d deltas
-			a := backend(tc.mode, client, "gpt-a", &d)
-			if tc.nilEmit {
-				a = openairetry.ChatStream(client, "gpt-a", build, nil)
-			}
-			a.Retry = waits(1)
+	for _, api := range apis {
+		for _, tc := range tests {
+			m := tc.mode.in(api)
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServer(t)
+				srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
+				srv.Script("gpt-b", llmretrytest.Answer("ok"))
+				client := newClient(srv)
+				var d deltas
+				a := backend(m, client, "gpt-a", &d)
+				if tc.nilEmit {
+					a = buffered(m, client, "gpt-a")
+				}
+				a.Retry = waits(1)
 
-			_, attempts, err := run(t, a, backend(tc.mode, client, "gpt-b", &deltas{}))
-			first := tc.want
-			first.Model, first.Try = "gpt-a", 1
-			want := []row{first}
-			if tc.want.Delivered {
-				if err == nil {
-					t.Errorf("Do() error = nil, want the failure of the delivered stream")
+				_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
+				first := tc.want
+				first.Model, first.Try = "gpt-a", 1
+				want := []row{first}
+				if tc.want.Delivered {
+					if err == nil {
+						t.Errorf("Do() error = nil, want the failure of the delivered stream")
+					}
+				} else {
+					if err != nil {
+						t.Errorf("Do() error = %v, want nil", err)
+					}
+					second := answered(m, "gpt-a", 2)
+					second.Delivered = second.Delivered && !tc.nilEmit
+					want = append(want, second)
 				}
-			} else {
-				if err != nil {
-					t.Errorf("Do() error = %v, want nil", err)
+				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
 				}
-				want = append(want, answered(tc.mode, "gpt-a", 2))
-			}
-			if diff := cmp.Diff(want, joinLog(t, tc.mode, attempts, srv)); diff != "" {
-				t.Errorf("records (-want +got):\n%s", diff)
-			}
-			if tc.want.Delivered {
-				if diff := cmp.Diff(tc.emitted, d.all()); diff != "" {
-					t.Errorf("emitted (-want +got):\n%s", diff)
+				if tc.want.Delivered {
+					if diff := cmp.Diff(tc.emitted, d.all()); diff != "" {
+						t.Errorf("emitted (-want +got):\n%s", diff)
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }
 
@@ -651,42 +746,45 @@ func TestStallTimeout(t *testing.T) {
 			want: row{Step: "stream stall 0", Kind: llmretry.KindTimeout, Next: llmretry.NextRetry, RetryIn: short},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
-			srv.Script("gpt-b", llmretrytest.Answer("ok"))
-			client := newClient(srv)
-			a := backend(tc.mode, client, "gpt-a", &deltas{})
-			a.Retry = waits(1)
-			a.StallTimeout = stall
+	for _, api := range apis {
+		for _, tc := range tests {
+			m := tc.mode.in(api)
+			t.Run(m.String()+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				srv := newServer(t)
+				srv.Script("gpt-a", tc.step, llmretrytest.Answer("ok"))
+				srv.Script("gpt-b", llmretrytest.Answer("ok"))
+				client := newClient(srv)
+				a := backend(m, client, "gpt-a", &deltas{})
+				a.Retry = waits(1)
+				a.StallTimeout = stall
 
-			_, attempts, err := run(t, a, backend(tc.mode, client, "gpt-b", &deltas{}))
-			first := tc.want
-			first.Model, first.Try = "gpt-a", 1
-			want := []row{first}
-			switch {
-			case first.OK:
-			case first.Delivered:
-				if _, ok := errors.AsType[*llmretry.TimedOut](err); !ok {
-					t.Errorf("Do() error = %T %v, want an *llmretry.TimedOut", err, err)
+				_, attempts, err := run(t, a, backend(m, client, "gpt-b", &deltas{}))
+				first := tc.want
+				first.Model, first.Try = "gpt-a", 1
+				want := []row{first}
+				switch {
+				case first.OK:
+				case first.Delivered:
+					if _, ok := errors.AsType[*llmretry.TimedOut](err); !ok {
+						t.Errorf("Do() error = %T %v, want an *llmretry.TimedOut", err, err)
+					}
+				default:
+					want = append(want, answered(m, "gpt-a", 2))
 				}
-			default:
-				want = append(want, answered(tc.mode, "gpt-a", 2))
-			}
-			if !first.Delivered && err != nil {
-				t.Errorf("Do() error = %v, want nil", err)
-			}
-			if diff := cmp.Diff(want, joinLog(t, tc.mode, attempts, srv)); diff != "" {
-				t.Errorf("records (-want +got):\n%s", diff)
-			}
-			if !first.OK && len(attempts) > 0 {
-				if took := attempts[0].Elapsed; took < stall {
-					t.Errorf("stalled attempt took %v, want at least the %v stall timeout", took, stall)
+				if !first.Delivered && err != nil {
+					t.Errorf("Do() error = %v, want nil", err)
 				}
-			}
-		})
+				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
+				}
+				if !first.OK && len(attempts) > 0 {
+					if took := attempts[0].Elapsed; took < stall {
+						t.Errorf("stalled attempt took %v, want at least the %v stall timeout", took, stall)
+					}
+				}
+			})
+		}
 	}
 }
 

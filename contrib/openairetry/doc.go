@@ -1,6 +1,7 @@
 // Package openairetry provides [llmretry] backends for OpenAI's Chat
-// Completions API, called through the official openai-go SDK, so that a
-// [llmretry.Chain] can retry OpenAI and fail over to another provider:
+// Completions and Responses APIs, called through the official openai-go
+// SDK, so that a [llmretry.Chain] can retry OpenAI and fail over to
+// another provider:
 //
 //	client := openai.NewClient()
 //	build := func(q string) openai.ChatCompletionNewParams {
@@ -18,10 +19,21 @@
 //
 //	go get github.com/llmretry/llmretry/contrib/openairetry
 //
-// [Chat] makes one plain request per attempt; [ChatStream] streams and
-// hands the text to a callback as it arrives. Both answer with an
-// [llmretry.Completion], whose Raw is the *openai.ChatCompletion, so
-// backends of other providers can stand in the same chain.
+// [Chat] and [Responses] make one plain request per attempt;
+// [ChatStream] and [ResponsesStream] stream it. All four answer with an
+// [llmretry.Completion], whose Raw is the *openai.ChatCompletion or the
+// *responses.Response, so backends of other providers can stand in the
+// same chain.
+//
+// A streaming backend with an emit hands the text to it as it arrives,
+// and marks the attempt [llmretry.Delivered]: a failure after that is
+// returned at once, never sent again, since the caller holds part of the
+// answer. With a nil emit it holds the answer and returns it whole,
+// reporting [llmretry.Progress] for every event: StallTimeout then cuts a
+// stream that falls silent, and a stream that breaks is sent again or to
+// the next backend, as a plain request is. Use that for a gateway that
+// answers only once the answer is whole, or a batch job that streams only
+// so that a stall can be cut.
 //
 // # Retries
 //
@@ -34,18 +46,51 @@
 //
 // # Errors
 //
-// A failed Call returns what [Failure] makes of the SDK's error: an API
-// error becomes an [*llmretry.Failure] with the HTTP status, the
-// retry-after hint and the provider's error type, code, message and
-// request id in its message, with any key the provider quotes back
-// redacted; a 429 whose code is insufficient_quota is
-// rejected rather than transient; transport errors are left for
-// [llmretry.Classify]. Answers that cannot be used fail too: a
-// finish_reason of "length" with [llmretry.Truncation] and the partial
-// text, an answer with no text and no tool call with
-// [llmretry.ParseFailure]. errors.As finds the *openai.Error beneath the
-// Failure, which the chain keeps as the attempt's record (Attempts[i].Err),
-// not in the error Do returns.
+// A failed Call returns what [Failure] makes of the SDK's error, or what
+// the answer stands for. What maps to which Kind:
+//
+//   - [llmretry.KindTransient], retried: a 408, 425, 429 or 5xx (a 529
+//     too), with its retry-after; an error event of type server_error,
+//     api_error, overloaded_error or rate_limit_error inside a stream; a
+//     Responses API response failed or an error event with code
+//     server_error, vector_store_timeout or rate_limit_exceeded; a
+//     connection refused, reset or cut; a body or event that does not
+//     decode; a stream that ends before its finish reason, or before
+//     response.completed; a response still queued or in progress.
+//   - [llmretry.KindRejected], not retried, failed over: any other 4xx
+//     (context_length_exceeded among them), a 429 with code
+//     insufficient_quota, an in-stream invalid_request_error, and a failed
+//     response whose code names bad input (invalid_prompt, invalid_image
+//     ...). x-should-retry overrides the status either way.
+//   - [llmretry.KindRefused], ending the chain unless
+//     [llmretry.Chain].FailOverRefused is set: finish_reason
+//     "content_filter", a response incomplete with reason
+//     "content_filter", an error code content_policy_violation or
+//     content_filter (Azure OpenAI's 400 for a filtered prompt), and a
+//     failed response whose code names a policy (bio_policy,
+//     image_content_policy_violation ...). The text written before the
+//     filter stopped it is kept as raw text.
+//   - [llmretry.KindTruncated]: finish_reason "length", or a response
+//     incomplete with reason "max_output_tokens", with the partial text.
+//   - [llmretry.KindParse], retried: an answer with neither text nor a
+//     tool call.
+//   - [llmretry.KindTimeout]: the backend's Timeout or StallTimeout.
+//
+// API errors carry the HTTP status, the provider's error type, code,
+// message and request id in their message, with any key the provider
+// quotes back redacted; transport errors are left for
+// [llmretry.Classify]. errors.As finds the *openai.Error beneath the
+// Failure, which the chain keeps as the attempt's record
+// (Attempts[i].Err), not in the error Do returns.
+//
+// # Usage
+//
+// Every answer reports its token usage with [llmretry.ReportUsage], and a
+// truncated, refused or empty answer carries it as its Failure's Usage,
+// since the provider bills them: prompt_tokens (input_tokens for the
+// Responses API) with their cached_tokens, and completion_tokens
+// (output_tokens) with their reasoning_tokens. A failure that comes
+// before the provider reported any has none: its cost is unknown.
 //
 // # Rate limits
 //
@@ -63,8 +108,9 @@
 // tell it from any other timeout, and for a stream it bounds the whole
 // answer, so a healthy stream that is still sending is cut and, with text
 // delivered, cannot be retried. Set Timeout on the returned Backend to
-// bound each attempt, and, for [ChatStream], StallTimeout to bound the
-// silence before the first piece of text and between later ones. An
+// bound each attempt, and, for [ChatStream] and [ResponsesStream],
+// StallTimeout to bound the silence before the first piece of text and
+// between later ones (between any two events, with a nil emit). An
 // attempt that one of them ends fails with the chain's cause,
 // [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled], rather than the
 // SDK's bare context error, so its record says whose clock ran out.

@@ -10,6 +10,7 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 )
 
 // A chain over two OpenAI models: gpt-4o is retried after a 503, and
@@ -65,4 +66,37 @@ func ExampleChatStream() {
 	// "Rayleigh "
 	// "scattering."
 	// Rayleigh scattering. stop 2 <nil>
+}
+
+// A Responses API backend holds its answer when it streams with a nil
+// emit: a stream cut before it finished has reached no one, so it is sent
+// again, and the caller gets the whole answer.
+func ExampleResponsesStream() {
+	srv := llmretrytest.NewServer()
+	defer srv.Close()
+	srv.Script("gpt-4o", llmretrytest.StreamDrop(1), llmretrytest.Answer("Rayleigh scattering."))
+	client := openai.NewClient(option.WithBaseURL(srv.OpenAIBaseURL()), option.WithAPIKey("sk-example"))
+
+	ask := func(q string) responses.ResponseNewParams {
+		return responses.ResponseNewParams{Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(q)}}
+	}
+	gpt := openairetry.ResponsesStream(client, "gpt-4o", ask, nil)
+	gpt.Retry = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}}
+	chain := &llmretry.Chain[string, llmretry.Completion]{
+		Backends: []llmretry.Backend[string, llmretry.Completion]{gpt},
+		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+			if a.Err != nil {
+				fmt.Println("try", a.Try, a.Kind, "delivered:", a.Delivered)
+				return
+			}
+			fmt.Printf("try %d answered, %d tokens in, %d out\n", a.Try, a.Usage.InputTokens, a.Usage.OutputTokens)
+		},
+	}
+	answer, err := chain.Do(context.Background(), "Why is the sky blue?")
+
+	fmt.Println(answer.Text, answer.StopReason, err)
+	// Output:
+	// try 1 transient delivered: false
+	// try 2 answered, 10 tokens in, 2 out
+	// Rayleigh scattering. completed <nil>
 }

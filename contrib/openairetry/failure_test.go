@@ -65,6 +65,16 @@ func TestFailure(t *testing.T) {
 			want: mapped{llmretry.KindRejected, 400, 0, "http 400: openairetry: api error (type invalid_request_error, code context_length_exceeded): This model's maximum context length is 8 tokens. Please reduce the length."},
 		},
 		{
+			name: "content_policy_violation",
+			err:  apiError(400, "invalid_request_error", "content_policy_violation", "Your request was rejected as a result of our safety system."),
+			want: mapped{llmretry.KindRefused, 400, 0, "http 400: openairetry: api error (type invalid_request_error, code content_policy_violation): Your request was rejected as a result of our safety system."},
+		},
+		{
+			name: "azure_content_filter",
+			err:  apiError(400, "", "content_filter", "The response was filtered due to the prompt triggering Azure OpenAI's content management policy."),
+			want: mapped{llmretry.KindRefused, 400, 0, "http 400: openairetry: api error (code content_filter): The response was filtered due to the prompt triggering Azure OpenAI's content management policy."},
+		},
+		{
 			name: "should_retry_false",
 			err:  apiError(500, "server_error", "", "", "x-should-retry", "false"),
 			want: mapped{llmretry.KindRejected, 500, 0, "http 500: openairetry: api error (type server_error)"},
@@ -88,6 +98,11 @@ func TestFailure(t *testing.T) {
 			name: "stream_invalid_request",
 			err:  &ssestream.StreamError{Event: ssestream.Event{Data: []byte(`{"error":{"message":"bad","type":"invalid_request_error","code":"invalid_value"}}`)}},
 			want: mapped{llmretry.KindRejected, 0, 0, "rejected: openairetry: stream error (type invalid_request_error, code invalid_value): bad"},
+		},
+		{
+			name: "stream_content_filter",
+			err:  &ssestream.StreamError{Event: ssestream.Event{Data: []byte(`{"error":{"message":"filtered","type":"invalid_request_error","code":"content_filter"}}`)}},
+			want: mapped{llmretry.KindRefused, 0, 0, "refused: openairetry: stream error (type invalid_request_error, code content_filter): filtered"},
 		},
 		{
 			name: "stream_unknown_shape",

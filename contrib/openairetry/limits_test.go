@@ -26,7 +26,7 @@ func TestLimitsReachBreaker(t *testing.T) {
 	}{
 		{"answer", modes, llmretrytest.Answer("Rayleigh scattering.")},
 		{"error response", modes, llmretrytest.Status(500)},
-		{"error event", []mode{stream}, llmretrytest.StreamError("server_error")},
+		{"error event", []mode{stream, respStream}, llmretrytest.StreamError("server_error")},
 	}
 	for _, tc := range tests {
 		for _, m := range tc.modes {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/llmretry/llmretry"
 	"github.com/openai/openai-go/v3"
@@ -26,9 +27,13 @@ import (
 // Every Call sends exactly one HTTP request, whatever retries the client
 // was built with, and reports failures as [Failure] does. A completion cut
 // off at its token budget (finish_reason "length") fails with
-// [llmretry.Truncation] and the partial text; one with neither text nor a
+// [llmretry.Truncation] and the partial text; one stopped by the
+// provider's content filter (finish_reason "content_filter") with
+// [llmretry.Refusal] and the partial text; one with neither text nor a
 // tool call fails with [llmretry.ParseFailure]; one without a finish
-// reason is a transient failure, as a cut stream is. The answer is the
+// reason is a transient failure, as a cut stream is. The answer's usage
+// is reported with [llmretry.ReportUsage]; a failed answer carries it as
+// its Failure's Usage. The answer is the
 // first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
 // nil.
 func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
@@ -44,39 +49,55 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			reportLimits(ctx, resp)
 			if err != nil {
-				return llmretry.Completion{}, Failure(causeOf(ctx, err))
+				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
-			return answer(cc, requestSuffix(resp))
+			var usage *llmretry.Usage
+			if cc.JSON.Usage.Valid() {
+				usage = chatUsage(&cc.Usage)
+			}
+			return answer(ctx, cc, usage, requestSuffix(resp))
 		},
 	}
 }
 
 // ChatStream returns a [llmretry.Backend] that streams each request from
-// the Chat Completions API through client, and hands every piece of the
-// answer's text to emit as it arrives, with the request it belongs to.
-// build and model are as for [Chat]; the stream also asks for the token
-// usage (stream_options.include_usage), so the Completion's token counts
-// are filled. Set Retry, Timeout and StallTimeout on the returned Backend.
+// the Chat Completions API through client. build and model are as for
+// [Chat]; the stream also asks for the token usage
+// (stream_options.include_usage), so the Completion's token counts and
+// the record's usage are filled. Set Retry, Timeout and StallTimeout on
+// the returned Backend.
 //
-// Just before it emits the first non-empty piece of text, and again with
-// every later one, Call marks the attempt with [llmretry.Delivered]: from
-// then on a failure is returned at once, neither resent nor passed to the
-// next backend, since the caller already holds part of the answer. A nil
-// emit drops the text but still marks delivery, so that a chain behaves
-// the same with or without it. Only text counts: a stream that sends
-// nothing but tool calls is never marked, and StallTimeout measures it
-// from the attempt's start.
+// With an emit, every piece of the answer's text is handed to emit as it
+// arrives, with the request it belongs to. Just before it emits the first
+// non-empty piece of text, and again with every later one, Call marks the
+// attempt with [llmretry.Delivered]: from then on a failure is returned
+// at once, neither resent nor passed to the next backend, since the
+// caller already holds part of the answer. Only text counts: a stream
+// that sends nothing but tool calls is never marked, and StallTimeout
+// measures it from the attempt's start.
+//
+// With a nil emit, Call holds the answer and returns it whole: every
+// chunk it reads is reported with [llmretry.Progress], which restarts
+// StallTimeout but delivers nothing, so a stream that breaks, stalls or
+// garbles an event partway is sent again, or to the next backend, as a
+// plain request would be. Use it to bound a long answer by its silences
+// rather than by one Timeout.
 //
 // An error event inside the stream is transient, except an
-// invalid_request_error or insufficient_quota, which is rejected; its
+// invalid_request_error or insufficient_quota, which is rejected, and a
+// content_filter or content_policy_violation code, which is refused; its
 // record carries the status its type stands for (500 for server_error and
 // api_error, 529 for overloaded_error, 429 for rate_limit_error or code
-// rate_limit_exceeded, else 0). A stream
-// that ends without a finish reason is a transient failure, never a
-// success. Whatever text arrived before a failure is kept as the
-// attempt's raw text. Truncation, empty answers and Raw are as for [Chat],
-// Raw holding the completion the SDK's accumulator built. ChatStream
-// panics if build is nil.
+// rate_limit_exceeded, else 0). An event that does not decode is a
+// transient failure. A stream that ends without a finish reason is a
+// transient failure, never a success; one that has sent its finish reason
+// and its usage is answered at once, without waiting for the closing
+// [DONE], and one that sent its finish reason and then breaks or falls
+// silent for a second is answered without usage. Whatever text arrived
+// before a failure is kept as the attempt's raw text, and usage reported
+// before it is kept as the attempt's. Truncation, refusals, empty answers
+// and Raw are as for [Chat], Raw holding the completion the SDK's
+// accumulator built. ChatStream panics if build is nil.
 func ChatStream[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams, emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: ChatStream with a nil build")
@@ -86,50 +107,110 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			params.StreamOptions.IncludeUsage = openai.Bool(true)
+			// The stream runs under a context of its own, so that one that
+			// has finished its answer can be let go of without waiting for
+			// its last bytes (see usageGrace).
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
 			var resp *http.Response
-			stream := client.Chat.Completions.NewStreaming(ctx, params,
+			stream := client.Chat.Completions.NewStreaming(sctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			defer stream.Close()
 			reportLimits(ctx, resp)
 
-			var acc openai.ChatCompletionAccumulator
+			var (
+				acc      openai.ChatCompletionAccumulator
+				usage    *llmretry.Usage
+				finished bool // the first choice has its finish reason: the answer is whole
+				grace    *time.Timer
+			)
+			defer func() {
+				if grace != nil {
+					grace.Stop()
+				}
+			}()
 			for stream.Next() {
 				chunk := stream.Current()
 				if !acc.AddChunk(chunk) {
-					return llmretry.Completion{}, withText(&llmretry.Failure{
+					return llmretry.Completion{}, withUsage(ctx, withText(&llmretry.Failure{
 						Kind: llmretry.KindTransient,
 						Err:  errors.New("openairetry: stream sent a chunk the accumulator refused" + requestSuffix(resp)),
-					}, firstText(&acc.ChatCompletion))
+					}, firstText(&acc.ChatCompletion)), usage)
+				}
+				if chunk.JSON.Usage.Valid() {
+					usage = chatUsage(&chunk.Usage)
+				}
+				if emit == nil {
+					llmretry.Progress(ctx)
 				}
 				for _, choice := range chunk.Choices {
-					if choice.Index != 0 || choice.Delta.Content == "" {
+					if choice.Index != 0 || choice.Delta.Content == "" || emit == nil {
 						continue
 					}
 					// Mark before emitting: once the caller may hold the
 					// text, the attempt must never be sent again.
 					llmretry.Delivered(ctx)
-					if emit != nil {
-						emit(req, choice.Delta.Content)
-					}
+					emit(req, choice.Delta.Content)
+				}
+				if !finished && len(acc.Choices) > 0 && acc.Choices[0].FinishReason != "" {
+					finished = true
+					// OpenAI sends the usage in a chunk of its own after
+					// the finish reason; one that never comes must not
+					// hold a whole answer back.
+					grace = time.AfterFunc(usageGrace, cancel)
+				}
+				if finished && usage != nil {
+					break // nothing but [DONE] is still to come
 				}
 			}
 			text := firstText(&acc.ChatCompletion)
-			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, streamFailure(causeOf(ctx, err), resp, text)
+			if err := stream.Err(); err != nil && !finished {
+				return llmretry.Completion{}, withUsage(ctx, streamFailure(causeOf(ctx, err), resp, text), usage)
 			}
-			if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
+			if !finished {
 				// A proxy or provider that drops the stream cleanly leaves no
 				// error, only a missing finish reason; taken as a success it
 				// would hand the caller half an answer.
-				return llmretry.Completion{}, withText(&llmretry.Failure{
+				return llmretry.Completion{}, withUsage(ctx, withText(&llmretry.Failure{
 					Kind: llmretry.KindTransient,
 					Err:  errors.New("openairetry: stream ended without a finish reason" + requestSuffix(resp)),
-				}, text)
+				}, text), usage)
 			}
 			cc := acc.ChatCompletion
-			return answer(&cc, requestSuffix(resp))
+			return answer(ctx, &cc, usage, requestSuffix(resp))
 		},
 	}
+}
+
+// usageGrace is how long a chat stream that has sent its finish reason
+// is read on for the usage chunk OpenAI sends right after it. The answer
+// is whole by then; a server that never sends the usage, nor [DONE], only
+// costs the record its usage.
+const usageGrace = time.Second
+
+// chatUsage is the chain's usage for a completion's counts.
+func chatUsage(u *openai.CompletionUsage) *llmretry.Usage {
+	return &llmretry.Usage{
+		InputTokens:       u.PromptTokens,
+		OutputTokens:      u.CompletionTokens,
+		CachedInputTokens: u.PromptTokensDetails.CachedTokens,
+		ReasoningTokens:   u.CompletionTokensDetails.ReasoningTokens,
+	}
+}
+
+// withUsage gives a failed attempt the usage reported before it failed:
+// on a *llmretry.Failure as its Usage, on any other error by
+// [llmretry.ReportUsage]. usage nil leaves err as it is.
+func withUsage(ctx context.Context, err error, usage *llmretry.Usage) error {
+	if usage == nil {
+		return err
+	}
+	if f, ok := err.(*llmretry.Failure); ok {
+		f.Usage = usage
+		return f
+	}
+	llmretry.ReportUsage(ctx, *usage)
+	return err
 }
 
 // causeOf returns why ctx ended when err is the SDK's bare report of it.
@@ -172,33 +253,42 @@ func firstText(cc *openai.ChatCompletion) string {
 	return cc.Choices[0].Message.Content
 }
 
-// answer turns a finished completion into the chain's answer, or into the
-// failure its first choice stands for. suffix names the request in
-// messages, when known.
-func answer(cc *openai.ChatCompletion, suffix string) (llmretry.Completion, error) {
+// answer turns a finished completion into the chain's answer, reporting
+// its usage, or into the failure its first choice stands for, carrying
+// its usage. usage is nil when the provider reported none; suffix names
+// the request in messages, when known.
+func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usage, suffix string) (llmretry.Completion, error) {
 	if len(cc.Choices) == 0 {
-		return llmretry.Completion{}, llmretry.ParseFailure("", errors.New("openairetry: completion has no choices"+suffix))
+		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure("", errors.New("openairetry: completion has no choices"+suffix)), usage)
 	}
 	choice := &cc.Choices[0]
 	text := choice.Message.Content
-	if choice.FinishReason == "" {
+	switch {
+	case choice.FinishReason == "":
 		// Nothing says the answer is whole: the API always names why a
 		// choice stopped, so one without a reason may be partial.
-		return llmretry.Completion{}, withText(&llmretry.Failure{
+		return llmretry.Completion{}, withUsage(ctx, withText(&llmretry.Failure{
 			Kind: llmretry.KindTransient,
 			Err:  errors.New("openairetry: answer has no finish reason" + suffix),
-		}, text)
-	}
-	if choice.FinishReason == "length" {
+		}, text), usage)
+	case choice.FinishReason == "length":
 		f := llmretry.Truncation(text)
 		f.Err = errors.New("openairetry: completion stopped at its token budget (finish reason \"length\")" + suffix)
-		return llmretry.Completion{}, f
+		return llmretry.Completion{}, withUsage(ctx, f, usage)
+	case choice.FinishReason == "content_filter":
+		// The provider's filter stopped the answer: another backend's
+		// filter may be weaker, which is no reason to try it.
+		f := llmretry.Refusal("openairetry: the provider's content filter stopped the answer (finish reason \"content_filter\")" + suffix)
+		return llmretry.Completion{}, withUsage(ctx, withText(f, text), usage)
 	}
 	// Sampling differs between tries, so an empty answer is worth another
 	// one; a refusal counts as empty, and its text is kept for the record.
 	if text == "" && len(choice.Message.ToolCalls) == 0 && !legacyFunctionCall(&choice.Message) {
-		return llmretry.Completion{}, llmretry.ParseFailure(choice.Message.Refusal,
-			errors.New("openairetry: answer has no text and no tool call (finish reason "+strconv.Quote(choice.FinishReason)+")"+suffix))
+		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure(choice.Message.Refusal,
+			errors.New("openairetry: answer has no text and no tool call (finish reason "+strconv.Quote(choice.FinishReason)+")"+suffix)), usage)
+	}
+	if usage != nil {
+		llmretry.ReportUsage(ctx, *usage)
 	}
 	return llmretry.Completion{
 		Model:        cc.Model,
@@ -225,8 +315,11 @@ func legacyFunctionCall(m *openai.ChatCompletionMessage) bool {
 // code and message, and the request id from the x-request-id header,
 // passed through [llmretry.Redact] since providers quote keys back. A
 // 429 with code insufficient_quota is [llmretry.KindRejected]: no retry
-// can help until someone pays. An error event read from a stream is
-// mapped as [ChatStream] describes. errors.As still finds the
+// can help until someone pays. A code of content_policy_violation, or
+// content_filter (Azure OpenAI's 400 for a prompt its filter blocked), is
+// [llmretry.KindRefused]: the content is refused, and another backend's
+// filter may be weaker. An error event read from a stream is mapped as
+// [ChatStream] describes. errors.As still finds the
 // *openai.Error beneath.
 //
 // Any other error, a transport error or a *llmretry.Failure among them, is
@@ -264,7 +357,19 @@ func apiFailure(apiErr *openai.Error, err error) *llmretry.Failure {
 	if apiErr.Code == "insufficient_quota" || apiErr.Type == "insufficient_quota" {
 		f.Kind = llmretry.KindRejected
 	}
+	if refusedCode(apiErr.Code) {
+		f.Kind = llmretry.KindRefused
+	}
 	return f
+}
+
+// refusedCode reports whether an error code says the provider refused
+// the content: OpenAI's content_policy_violation, and content_filter,
+// which Azure OpenAI answers with a 400 when its filter blocks a prompt.
+// The same content is refused again, by this backend or, by default, by
+// the chain's next one.
+func refusedCode(code string) bool {
+	return code == "content_policy_violation" || code == "content_filter"
 }
 
 // streamFailure maps the error that ended a stream, keeping the text that
@@ -276,6 +381,14 @@ func streamFailure(err error, resp *http.Response, text string) error {
 			h = resp.Header
 		}
 		return withText(eventFailure(se, err, h), text)
+	}
+	if decodeError(err) {
+		// A proxy that mangles a chunk, or a provider that cut one off:
+		// the next try is likely to read whole.
+		return withText(&llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  fmt.Errorf("openairetry: stream sent an event that does not decode%s: %w", requestSuffix(resp), err),
+		}, text)
 	}
 	mapped := Failure(err)
 	if text == "" {
@@ -291,6 +404,30 @@ func streamFailure(err error, resp *http.Response, text string) error {
 		RawText: &text,
 		Err:     fmt.Errorf("openairetry: stream broke after %d bytes of text%s: %w", len(text), requestSuffix(resp), err),
 	}
+}
+
+// callFailure maps the error of a plain request as [Failure] does, but
+// for a body that does not decode, which is transient: a proxy mangled
+// it or a provider cut it short, and the next try is likely to read
+// whole. resp is the response, nil when none came.
+func callFailure(err error, resp *http.Response) error {
+	if decodeError(err) {
+		return &llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  fmt.Errorf("openairetry: response body does not decode%s: %w", requestSuffix(resp), err),
+		}
+	}
+	return Failure(err)
+}
+
+// decodeError reports whether err is the SDK's report of an event whose
+// JSON it could not decode.
+func decodeError(err error) bool {
+	if _, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[*json.UnmarshalTypeError](err)
+	return ok
 }
 
 // withText keeps text as the failure's raw text when there is any.
@@ -335,6 +472,9 @@ func eventFailure(se *ssestream.StreamError, err error, h http.Header) *llmretry
 	}
 	if code == "insufficient_quota" {
 		kind = llmretry.KindRejected
+	}
+	if refusedCode(code) {
+		kind = llmretry.KindRefused
 	}
 	return &llmretry.Failure{
 		Kind:   kind,

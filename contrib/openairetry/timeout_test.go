@@ -14,12 +14,12 @@ import (
 // whose deadline passed.
 func TestTimeoutNamesItsCause(t *testing.T) {
 	t.Parallel()
-	steps := map[mode]llmretrytest.Step{plain: llmretrytest.StallHeaders(), stream: llmretrytest.StreamStall(0)}
+	steps := map[bool]llmretrytest.Step{false: llmretrytest.StallHeaders(), true: llmretrytest.StreamStall(0)}
 	for _, m := range modes {
 		t.Run(m.String(), func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t)
-			srv.Script("gpt-a", steps[m], llmretrytest.Answer("ok"))
+			srv.Script("gpt-a", steps[m.streams()], llmretrytest.Answer("ok"))
 			a := backend(m, newClient(srv), "gpt-a", &deltas{})
 			a.Retry = waits(1)
 			a.Timeout = 300 * time.Millisecond

@@ -1,0 +1,262 @@
+package openairetry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/llmretry/llmretry"
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+)
+
+// Responses returns a [llmretry.Backend] that sends each request to the
+// Responses API through client, without streaming. build turns the
+// chain's request into the SDK's parameters; model, when not empty,
+// replaces the parameters' model and names the backend in the chain's
+// records. Set Retry and Timeout on the returned Backend, as for [Chat].
+//
+// Every Call sends exactly one HTTP request, whatever retries the client
+// was built with, reports the response's rate-limit headers and usage,
+// and reports failures as [Failure] does. The response's status decides
+// the rest. "completed" is the answer, its Text the response's output
+// text, its StopReason "completed" and its Raw the *responses.Response;
+// one with neither text nor a call of a tool of the caller's (a
+// function, custom tool, computer, shell or patch call, or an MCP
+// approval request) fails with [llmretry.ParseFailure]. "incomplete"
+// fails: for incomplete_details reason "max_output_tokens" with
+// [llmretry.Truncation] and the partial text, for "content_filter" with
+// [llmretry.Refusal], and for any other reason as a transient failure. "failed" fails as the response's error
+// code says: server_error and vector_store_timeout are transient (status
+// 500), rate_limit_exceeded transient (429), a code that names a policy
+// (bio_policy, image_content_policy_violation, ...) or content_filter
+// refused, and any other code rejected, since the same input fails the
+// same way. A response still queued or in progress (a background
+// request, which a chain cannot wait for) is a transient failure.
+// Responses panics if build is nil.
+func Responses[Req any](client openai.Client, model string, build func(Req) responses.ResponseNewParams) llmretry.Backend[Req, llmretry.Completion] {
+	if build == nil {
+		panic("openairetry: Responses with a nil build")
+	}
+	return llmretry.Backend[Req, llmretry.Completion]{
+		Model: model,
+		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			params := prepareResponses(build(req), model)
+			var resp *http.Response
+			r, err := client.Responses.New(ctx, params,
+				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			reportLimits(ctx, resp)
+			if err != nil {
+				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
+			}
+			return responseAnswer(ctx, r, "", requestSuffix(resp))
+		},
+	}
+}
+
+// ResponsesStream returns a [llmretry.Backend] that streams each request
+// from the Responses API through client. build and model are as for
+// [Responses]. Set Retry, Timeout and StallTimeout on the returned
+// Backend.
+//
+// With an emit, each response.output_text.delta is handed to emit as it
+// arrives, and the attempt is marked with [llmretry.Delivered] just
+// before, as [ChatStream] does: from then on a failure ends the chain.
+// With a nil emit, the answer is held and returned whole, every event is
+// reported with [llmretry.Progress], and a failure partway is sent again
+// or to the next backend, as [ChatStream] does with a nil emit.
+//
+// The stream ends at its first response.completed, response.incomplete
+// or response.failed event, whose response is judged as [Responses]
+// judges one, without reading further. An error event fails as a failed
+// response's code does, with the same statuses; an event that does not
+// decode, a stream cut by the network and a stream that ends before its
+// response does are transient failures. Whatever text arrived before a
+// failure is kept as the attempt's raw text. ResponsesStream panics if
+// build is nil.
+func ResponsesStream[Req any](client openai.Client, model string, build func(Req) responses.ResponseNewParams, emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
+	if build == nil {
+		panic("openairetry: ResponsesStream with a nil build")
+	}
+	return llmretry.Backend[Req, llmretry.Completion]{
+		Model: model,
+		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			params := prepareResponses(build(req), model)
+			var resp *http.Response
+			stream := client.Responses.NewStreaming(ctx, params,
+				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			// Close lets the connection go at once when the stream ends at
+			// its terminal event, before the body has.
+			defer stream.Close()
+			reportLimits(ctx, resp)
+
+			var text strings.Builder
+			for stream.Next() {
+				ev := stream.Current()
+				if emit == nil {
+					llmretry.Progress(ctx)
+				}
+				switch ev.Type {
+				case "response.output_text.delta":
+					if ev.Delta == "" {
+						continue
+					}
+					text.WriteString(ev.Delta)
+					if emit != nil {
+						// Mark before emitting: once the caller may hold
+						// the text, the attempt must never be sent again.
+						llmretry.Delivered(ctx)
+						emit(req, ev.Delta)
+					}
+				case "response.completed", "response.incomplete", "response.failed":
+					r := ev.Response
+					return responseAnswer(ctx, &r, text.String(), requestSuffix(resp))
+				case "error":
+					return llmretry.Completion{}, withText(codeFailure("stream error", ev.Code, ev.Message, resp), text.String())
+				}
+			}
+			if err := stream.Err(); err != nil {
+				return llmretry.Completion{}, streamFailure(causeOf(ctx, err), resp, text.String())
+			}
+			// Cut cleanly by a proxy or the provider: without its last
+			// event nothing says the answer is whole.
+			return llmretry.Completion{}, withText(&llmretry.Failure{
+				Kind: llmretry.KindTransient,
+				Err:  errors.New("openairetry: stream ended before its response did (no response.completed)" + requestSuffix(resp)),
+			}, text.String())
+		},
+	}
+}
+
+// prepareResponses applies the backend's model to the parameters build
+// returned.
+func prepareResponses(params responses.ResponseNewParams, model string) responses.ResponseNewParams {
+	if model != "" {
+		params.Model = model
+	}
+	return params
+}
+
+// responsesUsage is the chain's usage for a response's counts.
+func responsesUsage(u *responses.ResponseUsage) *llmretry.Usage {
+	return &llmretry.Usage{
+		InputTokens:       u.InputTokens,
+		OutputTokens:      u.OutputTokens,
+		CachedInputTokens: u.InputTokensDetails.CachedTokens,
+		ReasoningTokens:   u.OutputTokensDetails.ReasoningTokens,
+	}
+}
+
+// responseAnswer turns a response as it ended into the chain's answer,
+// reporting its usage, or into the failure its status stands for,
+// carrying its usage. streamed is the text a stream delivered, used when
+// the response itself holds none; suffix names the request in messages.
+func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix string) (llmretry.Completion, error) {
+	var usage *llmretry.Usage
+	if r.JSON.Usage.Valid() {
+		usage = responsesUsage(&r.Usage)
+	}
+	text := r.OutputText()
+	if text == "" {
+		text = streamed
+	}
+	switch r.Status {
+	case responses.ResponseStatusCompleted:
+	case responses.ResponseStatusIncomplete:
+		switch reason := r.IncompleteDetails.Reason; reason {
+		case "max_output_tokens":
+			f := llmretry.Truncation(text)
+			f.Err = errors.New("openairetry: response stopped at its token budget (incomplete, reason \"max_output_tokens\")" + suffix)
+			return llmretry.Completion{}, withUsage(ctx, f, usage)
+		case "content_filter":
+			// As for a chat completion's content_filter: another
+			// backend's filter may be weaker, which is no reason to try it.
+			f := llmretry.Refusal("openairetry: the provider's content filter stopped the response (incomplete, reason \"content_filter\")" + suffix)
+			return llmretry.Completion{}, withUsage(ctx, withText(f, text), usage)
+		default:
+			return llmretry.Completion{}, withUsage(ctx, withText(&llmretry.Failure{
+				Kind: llmretry.KindTransient,
+				Err:  errors.New("openairetry: response incomplete (reason " + strconv.Quote(reason) + ")" + suffix),
+			}, text), usage)
+		}
+	case responses.ResponseStatusFailed:
+		f := codeFailure("response failed", string(r.Error.Code), r.Error.Message, nil)
+		f.Err = errors.New(f.Err.Error() + suffix)
+		return llmretry.Completion{}, withUsage(ctx, withText(f, text), usage)
+	default:
+		return llmretry.Completion{}, withUsage(ctx, withText(&llmretry.Failure{
+			Kind: llmretry.KindTransient,
+			Err:  errors.New("openairetry: response not finished (status " + strconv.Quote(string(r.Status)) + ")" + suffix),
+		}, text), usage)
+	}
+	if text == "" && !hasFunctionCall(r) {
+		// Sampling differs between tries, so an empty answer is worth
+		// another one.
+		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure("",
+			errors.New("openairetry: response has no text and no function call"+suffix)), usage)
+	}
+	if usage != nil {
+		llmretry.ReportUsage(ctx, *usage)
+	}
+	return llmretry.Completion{
+		Model:        r.Model,
+		Text:         text,
+		StopReason:   string(r.Status),
+		InputTokens:  r.Usage.InputTokens,
+		OutputTokens: r.Usage.OutputTokens,
+		Raw:          r,
+	}, nil
+}
+
+// hasFunctionCall reports whether the response asks the caller to make a
+// tool call, which is an answer as text is. The tools OpenAI runs itself
+// (web search, file search, code interpreter) are not: their results
+// come back as text, and a response with nothing but them has answered
+// nothing.
+func hasFunctionCall(r *responses.Response) bool {
+	for _, item := range r.Output {
+		switch item.Type {
+		case "function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call", "apply_patch_call", "mcp_approval_request":
+			return true
+		}
+	}
+	return false
+}
+
+// codeFailure describes a failed response's error, or an error event, by
+// its code. resp is the stream's response, for the request id, when
+// known.
+func codeFailure(what, code, msg string, resp *http.Response) *llmretry.Failure {
+	var h http.Header
+	if resp != nil {
+		h = resp.Header
+	}
+	kind, status := codeKind(code)
+	return &llmretry.Failure{
+		Kind:   kind,
+		Status: status,
+		Err:    errors.New(describe(what, "", code, h.Get("X-Request-Id"), msg)),
+	}
+}
+
+// codeKind is how the chain takes a Responses API error code, and the
+// HTTP status it stands for (0 for none).
+func codeKind(code string) (llmretry.Kind, int) {
+	switch {
+	case code == "" || code == "server_error" || code == "api_error" || code == "vector_store_timeout":
+		// A fault of the provider's, which the next try may not meet.
+		return llmretry.KindTransient, eventStatus(code, code)
+	case code == "overloaded_error":
+		return llmretry.KindTransient, 529
+	case code == "rate_limit_exceeded" || code == "rate_limit_error":
+		return llmretry.KindTransient, http.StatusTooManyRequests
+	case refusedCode(code) || strings.Contains(code, "policy"):
+		return llmretry.KindRefused, 0
+	}
+	// invalid_prompt, insufficient_quota, invalid_image and the like: the same input fails
+	// the same way.
+	return llmretry.KindRejected, 0
+}
