@@ -84,13 +84,13 @@ func run(w io.Writer, dbURL string) error {
 	fmt.Fprintln(w, "\n3. the backend is back; B calls, willing to wait out the cooldown")
 	srv.Script(model, llmretrytest.Answer("ok"))
 	if err := b.call(ctx, llmretry.Policy{Waits: []time.Duration{time.Second}}); err != nil {
-		return fmt.Errorf("B's probe: %w", err)
+		return fmt.Errorf("worker B's probe: %w", err)
 	}
 	b.state()
 
 	fmt.Fprintln(w, "\n4. A calls")
 	if err := a.call(ctx, llmretry.Policy{}); err != nil {
-		return fmt.Errorf("A's last call: %w", err)
+		return fmt.Errorf("worker A's last call: %w", err)
 	}
 	a.state()
 	fmt.Fprintf(w, "\nthe server saw %d requests: A's two failures, B's probe and A's last call\n", len(srv.Requests()))
