@@ -12,3 +12,7 @@ func Listening(ctx context.Context, s *Store) error {
 		return ctx.Err()
 	}
 }
+
+// The statements, for the test that the package docs quote them as
+// they run.
+var Statements = map[string]string{"schema": schemaSQL, "load": loadSQL, "swap": swapSQL}
