@@ -89,18 +89,19 @@
 // # Cost
 //
 // Measured on this machine (2 cores shared with other work, load
-// average about 15, PostgreSQL 15 on loopback), by BenchmarkRequest and
+// average 15 to 19, PostgreSQL 15 on loopback), by BenchmarkRequest and
 // TestFleet in this package:
 //
 //   - A request through a Breaker on a Store, one at a time: 2 loads and
-//     2 writes (one decision to send, one to record how it went), about
-//     2.4 ms of store time in all. Without synchronous_commit off on the
-//     writes (see Statements), 11.8 ms.
-//   - From many goroutines of one process at once: 2.4 to 3.3 loads and
+//     2 writes (one decision to send, one to record how it went), 2.4 to
+//     5.9 ms of store time in all, as the load varied. Before the writes
+//     turned synchronous_commit off (see Statements), 11.8 ms.
+//   - From many goroutines of one process at once: 2.3 to 3.3 loads and
 //     as many writes per request, as writes that lost are decided again.
 //   - In TestFleet's four processes, whose calls wait on a paced and on
-//     an open backend: 3.5 writes and 24 loads per request sent. A write
-//     wakes every call waiting on the key in every process, and each
+//     an open backend: 10 loads and 5 writes per request sent. A call
+//     that waits writes its place in the fleet's line, and a write wakes
+//     every call waiting on the key in every process, each of which
 //     loads the row to decide again; most such decisions hold the call
 //     back and write nothing.
 //
