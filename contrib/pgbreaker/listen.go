@@ -2,6 +2,7 @@ package pgbreaker
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -19,6 +20,11 @@ const channel = "llmretry_breaker"
 type listener struct {
 	config *pgx.ConnConfig // a copy of the pool's, for a connection of its own
 
+	// keepalive is how long the listening connection may be silent
+	// before it is pinged, and pingTimeout how long the ping may take
+	// before the connection counts as lost.
+	keepalive, pingTimeout time.Duration
+
 	mu        sync.Mutex
 	watchers  map[string]map[chan struct{}]bool // per key, the channels of its watchers
 	closed    bool                              // close has run: no more watchers
@@ -29,9 +35,9 @@ type listener struct {
 }
 
 // newListener starts listening with a connection made from config.
-func newListener(config *pgx.ConnConfig) *listener {
+func newListener(config *pgx.ConnConfig, keepalive, pingTimeout time.Duration) *listener {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &listener{config: config, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{}), heard: make(chan struct{})}
+	l := &listener{config: config, keepalive: keepalive, pingTimeout: pingTimeout, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{}), heard: make(chan struct{})}
 	go l.run(ctx)
 	return l
 }
@@ -155,13 +161,38 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 	l.wakeAll()
 	l.heardOnce.Do(func() { close(l.heard) })
 	for {
-		n, err := conn.WaitForNotification(ctx)
+		// A connection can die without a word (a partition, a host that
+		// vanished): waiting for a notice alone would wait for good,
+		// and no watcher would wake again. So the wait is cut at each
+		// keepalive, and a ping that fails in time ends the connection.
+		// A timed-out wait leaves the connection usable: pgx closes it
+		// only on errors other than timeouts.
+		waitCtx, cancel := context.WithTimeout(ctx, l.keepalive)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancel()
+		switch {
+		case err == nil:
+			l.wake(n.Payload)
+			continue
+		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
+			return true
+		}
+		pingCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
+		err = conn.Ping(pingCtx)
+		cancel()
 		if err != nil {
 			return true
 		}
-		l.wake(n.Payload)
 	}
 }
+
+// The listening connection's keepalive and ping timeout: a silent
+// connection is found out within their sum. A ping every half minute
+// costs the server nothing.
+const (
+	keepalive   = 30 * time.Second
+	pingTimeout = 5 * time.Second
+)
 
 // close stops listening, waits for the connection to be closed, and
 // closes every watcher's channel.

@@ -28,7 +28,7 @@ type Store struct {
 // a database that is down makes the Breaker's store calls fail, which it
 // counts, not New. Run [Migrate] first, once, so that the table exists.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, l: newListener(pool.Config().ConnConfig)}
+	return &Store{pool: pool, l: newListener(pool.Config().ConnConfig, keepalive, pingTimeout)}
 }
 
 // Close stops listening, closes its connection and every channel that
