@@ -73,7 +73,10 @@
 // backend wakes when another process changes its state, without
 // polling. When that connection is lost, the store connects again (after
 // 50 ms, doubling up to 2 s), and once it listens again it wakes every
-// waiting call, since a change may have gone unheard meanwhile. The
+// waiting call, since a change may have gone unheard meanwhile. A
+// connection silent for 30 s is pinged, and one whose ping takes more
+// than 5 s counts as lost: a partition drops a connection without a
+// word. The
 // channel is the database's, not a schema's: fleets in two schemas of one
 // database that use the same key wake each other's calls, which then
 // load their own rows and find nothing changed.
