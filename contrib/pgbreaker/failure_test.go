@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/contrib/pgbreaker"
 	"github.com/llmretry/llmretry/llmretrytest"
@@ -46,6 +48,9 @@ func answerer(srv *llmretrytest.Server) func(context.Context, string) (string, e
 // deadline, or Do would have returned TimedOut) with one request each,
 // and the Breaker counts the store's failures in its state.
 func TestStoreFailure(t *testing.T) {
+	// Calls at once in each round: as many as the pool has connections
+	// by default on this machine, so that none waits for one.
+	const perRound = 4
 	t.Parallel()
 	hole := llmretrytest.NewBlackhole()
 	t.Cleanup(hole.Close)
@@ -76,6 +81,21 @@ func TestStoreFailure(t *testing.T) {
 				if err := pgbreaker.Migrate(t.Context(), pool); err != nil {
 					t.Fatalf("Migrate() = %v", err)
 				}
+				// Connections made before the round, as a process that
+				// has been up a while has them: under -race on a busy
+				// machine, making one can take longer than a decision
+				// may.
+				conns := make([]*pgxpool.Conn, 0, perRound)
+				for range perRound {
+					c, err := pool.Acquire(t.Context())
+					if err != nil {
+						t.Fatalf("Acquire() = %v", err)
+					}
+					conns = append(conns, c)
+				}
+				for _, c := range conns {
+					c.Release()
+				}
 			}
 			store := pgbreaker.New(pool)
 			defer store.Close()
@@ -91,7 +111,6 @@ func TestStoreFailure(t *testing.T) {
 			}
 			c := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{Model: model, Call: answerer(srv), Breaker: b}}}
 
-			const perRound = 8
 			round := func(name string) {
 				t.Helper()
 				var wg sync.WaitGroup
