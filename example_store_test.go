@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/breakerstore"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // Two processes, here two Breakers in one program, share one backend's
@@ -14,7 +14,7 @@ import (
 // for the other, whose call skips it without sending anything. A real
 // fleet would use a store on a database, with the same Key everywhere.
 func ExampleBreakerStore() {
-	store := &breakerstore.Memory{}
+	store := &llmretrytest.MemoryStore{}
 	newChain := func() *llmretry.Chain[string, string] {
 		down := func(context.Context, string) (string, error) {
 			return "", llmretry.StatusFailure(503, nil, errors.New("unavailable"))

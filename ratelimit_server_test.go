@@ -1,4 +1,4 @@
-package llmretry
+package llmretry_test
 
 import (
 	"io"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
@@ -40,7 +41,7 @@ func TestParseLimitsOfTestServer(t *testing.T) {
 				status           int
 				requests, tokens int64 // remaining
 			}{{200, 2, 989}, {200, 1, 978}, {200, 0, 967}, {429, 0, 967}}
-			var reports []limitReport
+			var reports []llmretry.Limits
 			for i, want := range wants {
 				sent := time.Now()
 				resp, err := c.Post(url, "application/json", strings.NewReader(body))
@@ -50,13 +51,13 @@ func TestParseLimitsOfTestServer(t *testing.T) {
 				read := time.Now()
 				_, _ = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				r, ok := parseLimits(resp.Header, sent, read)
+				r, ok := llmretry.ParseLimits(resp.Header, sent, read)
 				if resp.StatusCode != want.status || !ok {
 					t.Fatalf("request %d: status %d, parseLimits ok %v; want %d, true", i+1, resp.StatusCode, ok, want.status)
 				}
-				if r.requests.limit != 3 || r.requests.remaining != want.requests || r.tokens.limit != 1000 || r.tokens.remaining != want.tokens {
+				if r.RequestsLimit != 3 || r.RequestsRemaining != want.requests || r.TokensLimit != 1000 || r.TokensRemaining != want.tokens {
 					t.Errorf("request %d: requests %d of %d, tokens %d of %d; want %d of 3, %d of 1000",
-						i+1, r.requests.remaining, r.requests.limit, r.tokens.remaining, r.tokens.limit, want.requests, want.tokens)
+						i+1, r.RequestsRemaining, r.RequestsLimit, r.TokensRemaining, r.TokensLimit, want.requests, want.tokens)
 				}
 				// Neither the server nor the parser rounds a reading up
 				// by more than this.
@@ -64,8 +65,8 @@ func TestParseLimitsOfTestServer(t *testing.T) {
 				if api == "anthropic" {
 					slack = time.Second
 				}
-				if late := read.Add(interval + slack); r.requests.next.After(late) {
-					t.Errorf("request %d: requests.next = read+%v, want at most read+%v", i+1, r.requests.next.Sub(read), interval+slack)
+				if late := read.Add(interval + slack); r.RequestsNext.After(late) {
+					t.Errorf("request %d: requests.next = read+%v, want at most read+%v", i+1, r.RequestsNext.Sub(read), interval+slack)
 				}
 				reports = append(reports, r)
 			}
@@ -74,11 +75,11 @@ func TestParseLimitsOfTestServer(t *testing.T) {
 			// admitted it, and not before: no reading may say earlier.
 			first := srv.Requests()[0].Time
 			for i, r := range reports {
-				if back := first.Add(interval); r.requests.next.Before(back) {
-					t.Errorf("request %d: requests.next = %v before the bucket's next request at %v (early by %v)", i+1, r.requests.next, back, back.Sub(r.requests.next))
+				if back := first.Add(interval); r.RequestsNext.Before(back) {
+					t.Errorf("request %d: requests.next = %v before the bucket's next request at %v (early by %v)", i+1, r.RequestsNext, back, back.Sub(r.RequestsNext))
 				}
 			}
-			if got := reports[3].retryAt; got.IsZero() {
+			if got := reports[3].RetryAt; got.IsZero() {
 				t.Errorf("429: retryAt is zero; want the Retry-After it sent")
 			}
 		})

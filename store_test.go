@@ -12,17 +12,17 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/breakerstore"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // The tests in this file play a fleet inside one process: each Breaker
 // stands for one process's, and the Breakers of one test share a
-// breakerstore.Memory, as processes would share a database. A Breaker
+// llmretrytest.MemoryStore, as processes would share a database. A Breaker
 // with share false has no store: what the fleet would do without one.
 
 // fleet is n Breakers of one backend, sharing one store when share is
 // set.
-func fleet(n int, share bool, store *breakerstore.Memory) []*llmretry.Breaker {
+func fleet(n int, share bool, store *llmretrytest.MemoryStore) []*llmretry.Breaker {
 	brs := make([]*llmretry.Breaker, n)
 	for i := range brs {
 		brs[i] = &llmretry.Breaker{}
@@ -50,7 +50,7 @@ func TestSharedBreakerOpensForTheFleet(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				brs := fleet(2, tc.share, &breakerstore.Memory{Latency: 2 * ms})
+				brs := fleet(2, tc.share, &llmretrytest.MemoryStore{Latency: 2 * ms})
 				a := newDesk("a", func(int) (time.Duration, error) { return 100 * ms, errDown })
 				b := newDesk("b", takes(100*ms))
 				chains := make([]*chain, 2)
@@ -94,7 +94,7 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				store := &breakerstore.Memory{Latency: 2 * ms}
+				store := &llmretrytest.MemoryStore{Latency: 2 * ms}
 				brs := fleet(2, tc.share, store)
 				trip(t, brs[0], errDown)
 				if !tc.share {
@@ -129,7 +129,7 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 // process probes.
 func TestSharedBreakerProbeLeaseExpires(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &breakerstore.Memory{}
+		store := &llmretrytest.MemoryStore{}
 		brs := fleet(2, true, store)
 		for _, br := range brs {
 			br.ProbeLease = time.Minute
@@ -185,7 +185,7 @@ func TestSharedBreakerPacingCount(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				brs := fleet(2, tc.share, &breakerstore.Memory{Latency: 2 * ms})
+				brs := fleet(2, tc.share, &llmretrytest.MemoryStore{Latency: 2 * ms})
 				// Two requests left of ten, full again in 10 s: one more
 				// every 1.25 s after the read.
 				a := newDesk("a", takes(sec))
@@ -238,12 +238,12 @@ func TestSharedBreakerStoreFails(t *testing.T) {
 	errStore := errors.New("connection refused")
 	tests := []struct {
 		name    string
-		store   *breakerstore.Memory
+		store   *llmretrytest.MemoryStore
 		wantErr error
 		took    time.Duration // what each decision's store calls take
 	}{
-		{name: "error", store: &breakerstore.Memory{Latency: 2 * ms}, wantErr: errStore, took: 2 * ms},
-		{name: "slow", store: &breakerstore.Memory{Latency: time.Hour}, wantErr: context.DeadlineExceeded, took: llmretry.DefaultStoreTimeout},
+		{name: "error", store: &llmretrytest.MemoryStore{Latency: 2 * ms}, wantErr: errStore, took: 2 * ms},
+		{name: "slow", store: &llmretrytest.MemoryStore{Latency: time.Hour}, wantErr: context.DeadlineExceeded, took: llmretry.DefaultStoreTimeout},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -294,7 +294,7 @@ func TestSharedBreakerStoreFails(t *testing.T) {
 // bound.
 func TestSharedBreakerWaiterWakesOnChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		brs := fleet(2, true, &breakerstore.Memory{})
+		brs := fleet(2, true, &llmretrytest.MemoryStore{})
 		tripFor(t, brs[0], 30*sec) // a hinted wait needs no retry waits
 		a := newDesk("a", takes(5*sec))
 		chains := make([]*chain, 2)
@@ -347,7 +347,7 @@ func TestSharedStateJSON(t *testing.T) {
 // A Breaker with a Store needs a Key, and no negative StoreTimeout or
 // ProbeLease.
 func TestSharedBreakerValidate(t *testing.T) {
-	store := &breakerstore.Memory{}
+	store := &llmretrytest.MemoryStore{}
 	tests := []struct {
 		name string
 		br   *llmretry.Breaker
@@ -391,7 +391,7 @@ func TestSharedBreakerFleetLine(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				brs := fleet(2, tc.share, &breakerstore.Memory{})
+				brs := fleet(2, tc.share, &llmretrytest.MemoryStore{})
 				tripFor(t, brs[0], 30*sec)
 				if !tc.share {
 					tripFor(t, brs[1], 30*sec)
@@ -421,12 +421,12 @@ func TestSharedBreakerFleetLine(t *testing.T) {
 // changed (busy), or whose state is of a format newer than this
 // package's (newer).
 type oddStore struct {
-	breakerstore.Memory
+	llmretrytest.MemoryStore
 	busy, newer bool
 }
 
 func (s *oddStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
-	st, ver, err := s.Memory.Load(ctx, key)
+	st, ver, err := s.MemoryStore.Load(ctx, key)
 	if s.newer {
 		st.Format = llmretry.SharedFormat + 1
 	}
@@ -437,7 +437,7 @@ func (s *oddStore) CompareAndSwap(ctx context.Context, key string, version int64
 	if s.busy {
 		return false, nil
 	}
-	return s.Memory.CompareAndSwap(ctx, key, version, next)
+	return s.MemoryStore.CompareAndSwap(ctx, key, version, next)
 }
 
 // A store that another process changes on every try, or that holds a

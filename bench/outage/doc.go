@@ -56,4 +56,12 @@
 // package's test TestWriteReport -update writes results/outage.md, one
 // SVG per scenario and the same report into the repository's
 // BENCHMARKS.md, between its markers.
+//
+// # Fleets
+//
+// [FleetScenarios] are three scenarios played with their arrivals spread
+// over N processes ([FleetSizes]), each with its own chain; the rows of
+// [FleetStrategies] differ in what the processes share (fleet.go). The
+// test TestWriteFleetReport -update writes results/fleet.md, one SVG and
+// the fleet section of BENCHMARKS.md.
 package outage

@@ -12,7 +12,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 
-	"github.com/llmretry/llmretry/breakerstore"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // A fleet plays a scenario's arrivals spread over n processes: caller i
@@ -62,9 +62,9 @@ func FleetStrategies(n int) []Strategy {
 // Breakers sharing one store when shared is set.
 func fleetOf(n, mode int, shared bool) func(e *Env) doFunc {
 	return func(e *Env) doFunc {
-		var store *breakerstore.Memory
+		var store *llmretrytest.MemoryStore
 		if shared {
-			store = &breakerstore.Memory{Latency: storeLatency}
+			store = &llmretrytest.MemoryStore{Latency: storeLatency}
 			e.storeCalls = func() int64 {
 				c := store.Calls()
 				return c.Loads + c.Swaps + c.Watches

@@ -136,7 +136,7 @@ func fleetResults(t *testing.T) [][][]*Result {
 func fleetReport(res [][][]*Result, svg func() string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "### Fleets (seed %d)\n\n", testSeed)
-	b.WriteString("Written by `cd bench && go test ./outage -run TestWriteFleetReport -update`. Each scenario's arrivals spread over N processes, each with its own chain and Breakers on the same two providers; the rows differ in what the processes share: nothing (a Breaker per process, not pacing or pacing), or the Breakers' state, through one `breakerstore.Memory` whose every call takes 2 ms of virtual time. Store calls per request counts every Load, CompareAndSwap and Watch of the run over its requests.\n\n")
+	b.WriteString("Written by `cd bench && go test ./outage -run TestWriteFleetReport -update`. Each scenario's arrivals spread over N processes, each with its own chain and Breakers on the same two providers; the rows differ in what the processes share: nothing (a Breaker per process, not pacing or pacing), or the Breakers' state, through one `llmretrytest.MemoryStore` whose every call takes 2 ms of virtual time. Store calls per request counts every Load, CompareAndSwap and Watch of the run over its requests.\n\n")
 	scenarios := FleetScenarios()
 	for i := range scenarios {
 		WriteFleetMarkdown(&b, &scenarios[i], FleetSizes, res[i])

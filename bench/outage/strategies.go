@@ -221,45 +221,43 @@ func llmRetryChain(mode int) func(e *Env) doFunc {
 // Breakers keep their state there, each backend under its own key, as
 // every process of a fleet does.
 func llmRetryChainOf(e *Env, mode int, store llmretry.BreakerStore) doFunc {
-	{
-		waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
-		call := func(b int) func(ctx context.Context, id int) (int, error) {
-			c := e.client(b, 0)
-			return func(ctx context.Context, id int) (int, error) {
-				resp, err := e.send(ctx, c, b, id)
-				if err != nil {
-					return -1, err
-				}
-				if mode == pacedBreakers {
-					llmretry.ReportLimits(ctx, resp.Header)
-				}
-				if resp.StatusCode != http.StatusOK {
-					resp.Body.Close()
-					return -1, llmretry.StatusFailure(resp.StatusCode, resp.Header, nil)
-				}
-				by, err := readAnswer(resp)
-				if errors.Is(err, errTruncated) {
-					return -1, llmretry.Truncation("")
-				}
-				return by, err
+	waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+	call := func(b int) func(ctx context.Context, id int) (int, error) {
+		c := e.client(b, 0)
+		return func(ctx context.Context, id int) (int, error) {
+			resp, err := e.send(ctx, c, b, id)
+			if err != nil {
+				return -1, err
 			}
-		}
-		chain := &llmretry.Chain[int, int]{Backends: []llmretry.Backend[int, int]{
-			{Model: "primary", Call: call(0), Timeout: attemptTimeout,
-				Retry: llmretry.Policy{Waits: waits, Reserve: 30 * time.Second}},
-			{Model: "secondary", Call: call(1), Timeout: attemptTimeout,
-				Retry: llmretry.Policy{Waits: waits, Reserve: secondaryAnswer}},
-		}}
-		if mode != noBreakers {
-			for i := range chain.Backends {
-				addBreaker(&chain.Backends[i], mode == pacedBreakers)
-				if store != nil {
-					chain.Backends[i].Breaker.Store, chain.Backends[i].Breaker.Key = store, chain.Backends[i].Model
-				}
+			if mode == pacedBreakers {
+				llmretry.ReportLimits(ctx, resp.Header)
 			}
+			if resp.StatusCode != http.StatusOK {
+				resp.Body.Close()
+				return -1, llmretry.StatusFailure(resp.StatusCode, resp.Header, nil)
+			}
+			by, err := readAnswer(resp)
+			if errors.Is(err, errTruncated) {
+				return -1, llmretry.Truncation("")
+			}
+			return by, err
 		}
-		return chain.Do
 	}
+	chain := &llmretry.Chain[int, int]{Backends: []llmretry.Backend[int, int]{
+		{Model: "primary", Call: call(0), Timeout: attemptTimeout,
+			Retry: llmretry.Policy{Waits: waits, Reserve: 30 * time.Second}},
+		{Model: "secondary", Call: call(1), Timeout: attemptTimeout,
+			Retry: llmretry.Policy{Waits: waits, Reserve: secondaryAnswer}},
+	}}
+	if mode != noBreakers {
+		for i := range chain.Backends {
+			addBreaker(&chain.Backends[i], mode == pacedBreakers)
+			if store != nil {
+				chain.Backends[i].Breaker.Store, chain.Backends[i].Breaker.Key = store, chain.Backends[i].Model
+			}
+		}
+	}
+	return chain.Do
 }
 
 // idKey carries the request's number to failsafe-go's fallback function,

@@ -1,8 +1,4 @@
-// Package breakerstore provides an in-memory [llmretry.BreakerStore], for
-// tests and benchmarks of Breakers that share their state: several
-// Breakers of one process, standing for the processes of a fleet, share
-// one [Memory] as they would share a database.
-package breakerstore
+package llmretrytest
 
 import (
 	"context"
@@ -15,14 +11,17 @@ import (
 	"github.com/llmretry/llmretry"
 )
 
-// Memory is a [llmretry.BreakerStore] kept in memory. It stores each state
+// MemoryStore is a [llmretry.BreakerStore] kept in memory, for tests and
+// benchmarks of Breakers that share their state: several Breakers of one
+// process, standing for the processes of a fleet, share one MemoryStore
+// as they would share a database. It stores each state
 // as JSON, as a database would, so a state that does not survive
 // encoding/json does not survive it either, and no two Breakers ever
 // share a slice through it. Its zero value is an empty store, ready to
 // use. It is safe for concurrent use.
 //
 // Latency is read without the lock: set it before first use.
-type Memory struct {
+type MemoryStore struct {
 	// Latency is how long each call takes, as a round trip to a
 	// database would, on the caller's clock (fake in a synctest bubble);
 	// a call whose context ends first returns the context's error, and a
@@ -33,7 +32,7 @@ type Memory struct {
 	rows     map[string]row
 	watchers map[string]map[chan struct{}]struct{}
 	err      error // what every call returns, from Fail; nil: serve
-	calls    Calls
+	calls    StoreCalls
 }
 
 // row is one key's state and version.
@@ -42,22 +41,23 @@ type row struct {
 	version int64
 }
 
-// Calls counts the calls a [Memory] served, whether they failed or not.
-type Calls struct {
+// StoreCalls counts the calls a [MemoryStore] served, whether they failed
+// or not.
+type StoreCalls struct {
 	Loads, Swaps, Watches int64
 }
 
 // Fail makes every call from now on return err (after the Latency), and
 // Fail(nil) makes the store serve again; what it stores is kept. It
 // stands for a database that is down.
-func (m *Memory) Fail(err error) {
+func (m *MemoryStore) Fail(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.err = err
 }
 
 // Calls returns how many calls of each method the store has had.
-func (m *Memory) Calls() Calls {
+func (m *MemoryStore) Calls() StoreCalls {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.calls
@@ -65,7 +65,7 @@ func (m *Memory) Calls() Calls {
 
 // Load returns the state stored for key and its version; the zero state
 // and version 0 when none is.
-func (m *Memory) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+func (m *MemoryStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
 	m.count(&m.calls.Loads)
 	if err := m.wait(ctx); err != nil {
 		return llmretry.SharedState{}, 0, err
@@ -78,18 +78,18 @@ func (m *Memory) Load(ctx context.Context, key string) (llmretry.SharedState, in
 		return st, 0, err
 	}
 	if err := json.Unmarshal(r.state, &st); err != nil {
-		return llmretry.SharedState{}, 0, errors.New("breakerstore: stored state: " + err.Error())
+		return llmretry.SharedState{}, 0, errors.New("llmretrytest: stored state: " + err.Error())
 	}
 	return st, r.version, nil
 }
 
 // CompareAndSwap stores next for key when its version is still version,
 // and tells every Watch of key.
-func (m *Memory) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
 	m.count(&m.calls.Swaps)
 	b, err := json.Marshal(next)
 	if err != nil {
-		return false, errors.New("breakerstore: encode state: " + err.Error())
+		return false, errors.New("llmretrytest: encode state: " + err.Error())
 	}
 	if err := m.wait(ctx); err != nil {
 		return false, err
@@ -117,7 +117,7 @@ func (m *Memory) CompareAndSwap(ctx context.Context, key string, version int64, 
 
 // Watch returns a channel that receives after each change of key's
 // state, until ctx ends; then it is closed.
-func (m *Memory) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+func (m *MemoryStore) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
 	m.count(&m.calls.Watches)
 	if err := m.wait(ctx); err != nil {
 		return nil, err
@@ -145,17 +145,17 @@ func (m *Memory) Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }
 
 // count adds one to a call counter.
-func (m *Memory) count(n *int64) {
+func (m *MemoryStore) count(n *int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	*n++
 }
 
 // wait takes the store's Latency, or until ctx ends.
-func (m *Memory) wait(ctx context.Context) error {
+func (m *MemoryStore) wait(ctx context.Context) error {
 	if m.Latency <= 0 {
 		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("breakerstore: %w", err)
+			return fmt.Errorf("llmretrytest: %w", err)
 		}
 		return nil
 	}
@@ -165,6 +165,6 @@ func (m *Memory) wait(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("breakerstore: %w", ctx.Err())
+		return fmt.Errorf("llmretrytest: %w", ctx.Err())
 	}
 }

@@ -1,4 +1,4 @@
-package breakerstore_test
+package llmretrytest_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/breakerstore"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // A compare-and-swap writes only at the version last read; a key never
 // written is at version 0 and loads the zero state.
-func TestMemoryCompareAndSwap(t *testing.T) {
+func TestMemoryStoreCompareAndSwap(t *testing.T) {
 	ctx := context.Background()
-	var m breakerstore.Memory
+	var m llmretrytest.MemoryStore
 	st, ver, err := m.Load(ctx, "k")
 	if err != nil || ver != 0 || !cmp.Equal(st, llmretry.SharedState{}) {
 		t.Fatalf("Load() = %+v, %d, %v, want the zero state, 0, nil", st, ver, err)
@@ -36,16 +36,16 @@ func TestMemoryCompareAndSwap(t *testing.T) {
 	if _, ver, _ := m.Load(ctx, "other"); ver != 0 {
 		t.Errorf("Load(other) version = %d, want 0: keys are apart", ver)
 	}
-	if got, want := m.Calls(), (breakerstore.Calls{Loads: 3, Swaps: 2}); got != want {
+	if got, want := m.Calls(), (llmretrytest.StoreCalls{Loads: 3, Swaps: 2}); got != want {
 		t.Errorf("Calls() = %+v, want %+v", got, want)
 	}
 }
 
 // Watch hears every change of its key, and is closed when its context
 // ends.
-func TestMemoryWatch(t *testing.T) {
+func TestMemoryStoreWatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var m breakerstore.Memory
+		var m llmretrytest.MemoryStore
 		ctx, cancel := context.WithCancel(context.Background())
 		ch, err := m.Watch(ctx, "k")
 		if err != nil || ch == nil {
@@ -72,10 +72,10 @@ func TestMemoryWatch(t *testing.T) {
 // A failing store fails every call until Fail(nil), and keeps what it
 // stored; a call whose context ends within the Latency returns its error
 // and writes nothing.
-func TestMemoryFailures(t *testing.T) {
+func TestMemoryStoreFailures(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
-		m := &breakerstore.Memory{Latency: 10 * time.Millisecond}
+		m := &llmretrytest.MemoryStore{Latency: 10 * time.Millisecond}
 		m.CompareAndSwap(ctx, "k", 0, llmretry.SharedState{Failures: 1})
 		down := errors.New("down")
 		m.Fail(down)
