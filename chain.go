@@ -200,6 +200,28 @@ type Chain[Req, Resp any] struct {
 	// Attempt itself (its String, JSON and slog value are redacted) or
 	// pass the text through [Redact].
 	OnAttempt func(ctx context.Context, a Attempt)
+	// OnAttemptStart, when set, is called before each request is sent,
+	// on Do's goroutine, with the call's context (the one OnAttempt
+	// gets), the backend's index, its Model as the record names it, and
+	// the request's Try. The context it returns is the one the backend's
+	// Call runs under, beneath the attempt's own mark, Timeout and
+	// StallTimeout: it must be ctx or derived from it with values added,
+	// such as a tracing span for the Call's HTTP client to find, since a
+	// context cut off from ctx would lose the caller's cancellation. nil
+	// means ctx. A skip sends nothing and has no start; every start is
+	// followed by its attempt's OnAttempt, unless the Call panics. Its
+	// time is not charged to the attempt.
+	OnAttemptStart func(ctx context.Context, backend int, model string, try int) context.Context
+	// WrapDo, when set, runs each Do: Do hands it the caller's context
+	// and a function that does the call's work, and returns what WrapDo
+	// returns. It is for instrumentation that spans the whole call, such
+	// as a tracing span that is the parent of every attempt's, and must
+	// call do once, with ctx or a context derived from it, and return its
+	// results unchanged; OnAttempt and OnAttemptStart then get that
+	// context. do checks the chain first, so WrapDo sees the [ErrConfig]
+	// error of a chain set up wrong too. nil means Do does the work
+	// itself.
+	WrapDo func(ctx context.Context, do func(ctx context.Context) (Resp, error)) (Resp, error)
 	// MaxRawText is the most bytes of a model's raw output that an
 	// attempt's record keeps: a broken server can send a gigabyte, and the
 	// records go into errors, logs and dead-letter tables. Longer output is
@@ -332,8 +354,17 @@ func modelName(model string) string {
 // no goroutine of its own (the timers of Timeout and StallTimeout run
 // their callbacks as timers do); it stops every timer it starts before it
 // returns. A success without Timeout, StallTimeout or Breaker reads the
-// clock twice and allocates once, for the attempt's context.
+// clock twice and allocates once, for the attempt's context. With
+// [Chain.WrapDo] set, the call runs inside it.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
+	if c != nil && c.WrapDo != nil {
+		return c.WrapDo(ctx, func(ctx context.Context) (Resp, error) { return c.do(ctx, req) })
+	}
+	return c.do(ctx, req)
+}
+
+// do is Do without WrapDo.
+func (c *Chain[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 	var zero Resp
 	if err := c.Validate(); err != nil {
 		return zero, err
@@ -492,7 +523,13 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 // record. For a failure, the record has its Kind and details; decide sets
 // what follows.
 func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
-	mark := &attemptCtx{Context: r.ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
+	ctx := r.ctx
+	if r.c.OnAttemptStart != nil {
+		if hc := r.c.OnAttemptStart(ctx, bi, modelName(b.Model), try); hc != nil {
+			ctx = hc
+		}
+	}
+	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
 	start := r.now()
 	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)

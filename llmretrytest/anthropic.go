@@ -192,10 +192,9 @@ func anthropicStream(x *exchange, st Step) bool {
 		Content: []anthropicBlock{},
 		Usage:   anthropicUsage{InputTokens: inputTokens, OutputTokens: 1},
 	}}
-	if !x.event("message_start", mustJSON(start)) {
+	if !x.sendingUsage(Usage{InputTokens: inputTokens, OutputTokens: 1}, func() bool { return x.event("message_start", mustJSON(start)) }) {
 		return false
 	}
-	x.reportUsage(Usage{InputTokens: inputTokens, OutputTokens: 1})
 	if st.kind == kindStreamError {
 		errType, _, _, msg := anthropicError(http.StatusOK, st, x.req.Model)
 		return x.event("error", anthropicErrorBody(http.StatusOK, errType, "", "", msg))
@@ -231,9 +230,9 @@ func anthropicStream(x *exchange, st Step) bool {
 	}
 	end := anthropicMessageDelta{Type: "message_delta", Usage: anthropicUsage{OutputTokens: len(texts)}}
 	end.Delta.StopReason = anthropicStop(st)
-	if !x.event("message_delta", mustJSON(end)) {
+	// message_delta's output_tokens is the total.
+	if !x.sendingUsage(answerUsage(st), func() bool { return x.event("message_delta", mustJSON(end)) }) {
 		return false
 	}
-	x.reportUsage(answerUsage(st)) // message_delta's output_tokens is the total
 	return x.event("message_stop", []byte(`{"type":"message_stop"}`))
 }

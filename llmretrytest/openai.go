@@ -228,10 +228,9 @@ func openAIStream(x *exchange, st Step) bool {
 			Choices: []openAIChunkChoice{},
 			Usage:   newOpenAIUsage(st, len(texts)),
 		})
-		if !x.event("", usage) {
+		if !x.sendingUsage(answerUsage(st), func() bool { return x.event("", usage) }) {
 			return false
 		}
-		x.reportUsage(answerUsage(st))
 	}
 	return x.event("", []byte("[DONE]"))
 }

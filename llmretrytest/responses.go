@@ -207,9 +207,5 @@ func responsesStream(x *exchange, st Step) bool {
 	case "failed":
 		name = "response.failed"
 	}
-	if !send(responsesEvent{Type: name, Response: obj}) {
-		return false
-	}
-	x.reportUsage(answerUsage(st))
-	return true
+	return x.sendingUsage(answerUsage(st), func() bool { return send(responsesEvent{Type: name, Response: obj}) })
 }

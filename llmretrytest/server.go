@@ -250,7 +250,7 @@ type exchange struct {
 	id           string // request id, "req_<model>_<N>"
 	requestID    string // the header that carries id
 	includeUsage bool   // OpenAI stream_options.include_usage
-	logged       int    // the index of req in the server's log, for reportUsage
+	logged       int    // the index of req in the server's log, for sendingUsage
 }
 
 // incoming is the part of a request body the server reads.
@@ -468,9 +468,10 @@ func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
 		x.stall()
 		panic(http.ErrAbortHandler)
 	}
-	if _, err := x.w.Write(body); err == nil {
-		x.reportUsage(answerUsage(st))
-	}
+	x.sendingUsage(answerUsage(st), func() bool {
+		_, err := x.w.Write(body)
+		return err == nil
+	})
 }
 
 // statusForType is the HTTP status a provider's error type stands for, for

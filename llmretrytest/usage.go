@@ -18,19 +18,38 @@ func answerUsage(st Step) Usage {
 	return Usage{InputTokens: inputTokens, OutputTokens: int64(len(st.textChunks())), CachedInputTokens: st.cached, ReasoningTokens: st.reasoning}
 }
 
-// reportUsage logs u as the usage the client has been told for this
-// request. Call it once the bytes that carry u have been written: a body
-// cut before its usage block, or a stream cut before its usage event,
-// told the client nothing. A later report replaces an earlier one, as a
-// stream's last usage event gives the total so far.
-func (x *exchange) reportUsage(u Usage) {
+// sendingUsage logs u as the usage the client is told for this request,
+// then runs send, which writes the bytes that carry u, and takes the log
+// back if send fails: a body cut before its usage block, or a stream cut
+// before its usage event, told the client nothing. The log is written
+// before the client can read u, so a test that reads the log once the
+// client has its answer finds it there. A later report replaces an
+// earlier one, as a stream's last usage event gives the total so far.
+func (x *exchange) sendingUsage(u Usage, send func() bool) bool {
+	x.s.mu.Lock()
+	prev := x.req.Usage
+	x.s.mu.Unlock()
+	x.setUsage(&u)
+	if send() {
+		return true
+	}
+	x.setUsage(prev)
+	return false
+}
+
+// setUsage logs u (nil: none) as the usage of this exchange.
+func (x *exchange) setUsage(u *Usage) {
 	if _, ok := x.w.(*recorder); ok {
 		// A body rendered ahead of time for fill: nothing is sent yet.
 		return
 	}
 	x.s.mu.Lock()
 	defer x.s.mu.Unlock()
-	x.req.Usage = &u
-	c := u // the log's own copy, apart from x.req's
-	x.s.log[x.logged].Usage = &c
+	x.req.Usage = u
+	var c *Usage
+	if u != nil {
+		v := *u // the log's own copy, apart from x.req's
+		c = &v
+	}
+	x.s.log[x.logged].Usage = c
 }
