@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/breakerstore"
 	"github.com/llmretry/llmretry/contrib/pgbreaker"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // workerBreaker builds a worker's Breaker on the store kind names: "pg",
@@ -19,7 +19,7 @@ func workerBreaker(kind, dbURL string) (*llmretry.Breaker, func(), error) {
 	b := &llmretry.Breaker{Failures: fleetFailures, Cooldown: fleetCooldown, Key: model, StoreTimeout: fleetStoreTimeout}
 	switch kind {
 	case "local":
-		b.Store = &countingStore{BreakerStore: &breakerstore.Memory{}}
+		b.Store = &countingStore{BreakerStore: &llmretrytest.MemoryStore{}}
 		return b, func() {}, nil
 	case "pg":
 		pool, err := pgxpool.New(context.Background(), dbURL+"&pool_max_conns=16&pool_min_conns=8")

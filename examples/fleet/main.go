@@ -4,7 +4,7 @@
 // Each worker has a Breaker of its own, as a separate process would,
 // and both keep its state under one key in a shared store: PostgreSQL
 // through contrib/pgbreaker when DATABASE_URL is set, otherwise the
-// in-memory store of package breakerstore, so that the program runs on a
+// in-memory store of package llmretrytest, so that the program runs on a
 // fresh machine. The backend is a scripted provider (an llmretrytest
 // server on 127.0.0.1) that is down at first.
 //
@@ -35,7 +35,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/breakerstore"
 	"github.com/llmretry/llmretry/contrib/pgbreaker"
 	"github.com/llmretry/llmretry/llmretrytest"
 )
@@ -110,7 +109,7 @@ func run(w io.Writer, dbURL string) error {
 // and what closes it.
 func openStore(ctx context.Context, dbURL string) (llmretry.BreakerStore, string, func(), error) {
 	if dbURL == "" {
-		return &breakerstore.Memory{}, "in memory (set DATABASE_URL for PostgreSQL)", func() {}, nil
+		return &llmretrytest.MemoryStore{}, "in memory (set DATABASE_URL for PostgreSQL)", func() {}, nil
 	}
 	pool, err := pgxpool.New(ctx, dbURL)
 	if err != nil {
