@@ -153,7 +153,10 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
-	if _, err := conn.Exec(ctx, "LISTEN "+channel); err != nil {
+	listenCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
+	_, err = conn.Exec(listenCtx, "LISTEN "+channel)
+	cancel()
+	if err != nil {
 		return false
 	}
 	// Anything may have changed before LISTEN took effect, or while an
