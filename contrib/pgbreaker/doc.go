@@ -110,7 +110,7 @@
 //
 // The default StoreTimeout (50 ms) bounds the store calls of one
 // decision. On this loaded machine a burst of 40 calls from four
-// processes on one row needed more (TestFleet sets 500 ms); on a
+// processes on one row needed more (TestFleet sets 1 s); on a
 // database with headroom a decision takes a few milliseconds.
 //
 // # Concurrency
