@@ -1,0 +1,30 @@
+package pgbreaker
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// NewKeepalive is New with the listening connection's keepalive and
+// ping timeout set, so that a test sees a silent connection found out
+// in a moment.
+func NewKeepalive(pool *pgxpool.Pool, keepalive, pingTimeout time.Duration) *Store {
+	return &Store{pool: pool, l: newListener(pool.Config().ConnConfig, keepalive, pingTimeout)}
+}
+
+// Listening waits until s first listens (and has woken the watchers it
+// had then), or ctx is done: only then is every write sure to be heard.
+func Listening(ctx context.Context, s *Store) error {
+	select {
+	case <-s.l.heard:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// The statements, for the test that the package docs quote them as
+// they run.
+var Statements = map[string]string{"schema": schemaSQL, "load": loadSQL, "swap": swapSQL}

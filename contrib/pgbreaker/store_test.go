@@ -1,0 +1,272 @@
+package pgbreaker_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/contrib/pgbreaker"
+	"github.com/llmretry/llmretry/llmretrytest"
+)
+
+// newStore migrates the schema behind url and returns a store on a pool
+// of its own (a process of its own), closed at the end of the test.
+func newStore(t *testing.T, url string) (*pgbreaker.Store, *pgxpool.Pool) {
+	t.Helper()
+	pool := newPool(t, url)
+	if err := pgbreaker.Migrate(context.Background(), pool); err != nil {
+		t.Fatalf("Migrate() = %v", err)
+	}
+	s := pgbreaker.New(pool)
+	t.Cleanup(s.Close)
+	return s, pool
+}
+
+// testKey is a key no other test uses: notices go to every listener of
+// the database, whatever its schema, so tests keep apart by key.
+func testKey(t *testing.T) string { return "test/" + t.Name() }
+
+func TestMigrateTwice(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_migrate")
+	pool := newPool(t, url)
+	for i := range 2 {
+		if err := pgbreaker.Migrate(t.Context(), pool); err != nil {
+			t.Fatalf("Migrate() #%d = %v, want nil", i+1, err)
+		}
+	}
+}
+
+func TestCompareAndSwap(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_cas"))
+	ctx, key := t.Context(), testKey(t)
+	until := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
+
+	st, v, err := s.Load(ctx, key)
+	if err != nil || v != 0 || !cmp.Equal(st, llmretry.SharedState{}) {
+		t.Fatalf("Load() of a new key = %+v, %d, %v; want the zero state, 0, nil", st, v, err)
+	}
+	first := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 2}
+	second := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 3, Until: until, Kind: llmretry.KindTransient, Opened: 1,
+		Report: &llmretry.SharedReport{Sent: until, Read: until, Requests: llmretry.SharedBucket{Known: true, Limit: 8, Remaining: 3, Reset: 375 * time.Millisecond}},
+		Admits: []llmretry.SharedAdmission{{At: until, Seq: 7}}, AdmitSeq: 7}
+	tests := []struct {
+		name    string
+		version int64
+		next    llmretry.SharedState
+		want    bool
+	}{
+		{"first_write", 0, first, true},
+		{"lost_to_the_first", 0, second, false},
+		{"stale_version", 2, second, false},
+		{"next_write", 1, second, true},
+		{"after_it", 1, first, false},
+	}
+	for _, tc := range tests {
+		// In order, not parallel: each case writes on the last.
+		ok, err := s.CompareAndSwap(ctx, key, tc.version, tc.next)
+		if err != nil || ok != tc.want {
+			t.Errorf("%s: CompareAndSwap(version %d) = %v, %v; want %v, nil", tc.name, tc.version, ok, err, tc.want)
+		}
+	}
+	st, v, err = s.Load(ctx, key)
+	if err != nil || v != 2 {
+		t.Fatalf("Load() = version %d, %v; want 2, nil", v, err)
+	}
+	if diff := cmp.Diff(second, st); diff != "" {
+		t.Errorf("Load() state mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// Writers in two processes (two pools), each loading, adding one and
+// swapping until it wins, lose no increment: the swap is atomic.
+func TestCompareAndSwapRace(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_race")
+	a, _ := newStore(t, url)
+	b, _ := newStore(t, url)
+	ctx, key := t.Context(), testKey(t)
+	const writers, each = 8, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		s := a
+		if i%2 == 1 {
+			s = b
+		}
+		wg.Go(func() {
+			for range each {
+				for {
+					st, v, err := s.Load(ctx, key)
+					if err != nil {
+						errs <- err
+						return
+					}
+					st.Format, st.Failures = llmretry.SharedFormat, st.Failures+1
+					ok, err := s.CompareAndSwap(ctx, key, v, st)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						break
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Load or CompareAndSwap = %v", err)
+	}
+	st, v, err := a.Load(ctx, key)
+	if err != nil || st.Failures != writers*each || v != writers*each {
+		t.Errorf("Load() = Failures %d, version %d, %v; want %d, %d, nil", st.Failures, v, err, writers*each, writers*each)
+	}
+}
+
+// recv waits for a value on ch, and fails the test if ch is closed or
+// none comes before the test's deadline.
+func recv(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-ch:
+		if !ok {
+			t.Fatalf("%s: the watch channel was closed", what)
+		}
+	case <-t.Context().Done():
+		t.Fatalf("%s: no wake before the test ended", what)
+	}
+}
+
+// A write in one process wakes a watcher in another, also after the
+// watcher's listening connection was cut and came back.
+func TestWatch(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_watch")
+	watcher, pool := newStore(t, url)
+	writer, _ := newStore(t, url)
+	ctx, key := t.Context(), testKey(t)
+
+	ch, err := watcher.Watch(ctx, key)
+	if err != nil {
+		t.Fatalf("Watch() = %v", err)
+	}
+	// Only once the store listens can a write be sure to be heard. It
+	// then wakes every watcher, as a change may have come before: that
+	// wake is not the one this test waits for.
+	if err := pgbreaker.Listening(ctx, watcher); err != nil {
+		t.Fatalf("Listening() = %v", err)
+	}
+	select {
+	case <-ch:
+	default:
+	}
+	if ok, err := writer.CompareAndSwap(ctx, key, 0, llmretry.SharedState{Format: 1, Failures: 1}); !ok || err != nil {
+		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
+	}
+	recv(t, ch, "a write in another process")
+
+	// Cut the listening connection from the server's side, as a restart
+	// or a failover would: the store connects again and wakes its
+	// watchers, since a change may have gone unheard meanwhile.
+	var cut int
+	if err := pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE usename = current_user AND query = 'LISTEN llmretry_breaker' AND pid <> pg_backend_pid()`).Scan(&cut); err != nil || cut == 0 {
+		t.Fatalf("terminating the listeners = %d, %v; want at least 1", cut, err)
+	}
+	recv(t, ch, "reconnect")
+	if ok, err := writer.CompareAndSwap(ctx, key, 1, llmretry.SharedState{Format: 1, Failures: 2}); !ok || err != nil {
+		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
+	}
+	recv(t, ch, "a write after the reconnect")
+}
+
+// A watch ends, its channel closed, when its context is done or the
+// store is closed; after Close, Watch fails.
+func TestWatchEnds(t *testing.T) {
+	t.Parallel()
+	pool := newPool(t, pgURL(t))
+	s := pgbreaker.New(pool)
+	ctx, cancel := context.WithCancel(t.Context())
+	byCtx, err := s.Watch(ctx, testKey(t))
+	if err != nil {
+		t.Fatalf("Watch() = %v", err)
+	}
+	byClose, err := s.Watch(t.Context(), testKey(t))
+	if err != nil {
+		t.Fatalf("Watch() = %v", err)
+	}
+	cancel()
+	drain(t, byCtx, "cancelled watch")
+	s.Close()
+	drain(t, byClose, "watch of a closed store")
+	if ch, err := s.Watch(t.Context(), testKey(t)); ch != nil || err == nil {
+		t.Errorf("Watch() after Close = %v, %v; want nil, an error", ch, err)
+	}
+}
+
+// drain reads ch until it is closed.
+func drain(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+		case <-t.Context().Done():
+			t.Fatalf("%s: channel not closed before the test ended", what)
+		}
+	}
+}
+
+// Each call ends with an error once its context is done, against a
+// database that accepts connections and never answers, and one that
+// refuses them.
+func TestCallsBounded(t *testing.T) {
+	t.Parallel()
+	hole := llmretrytest.NewBlackhole()
+	t.Cleanup(hole.Close)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedAddr := ln.Addr().String()
+	ln.Close()
+	tests := []struct {
+		name    string
+		addr    string
+		timeout bool // the call ends by its context's deadline
+	}{
+		{"never_answers", strings.TrimPrefix(hole.URL, "http://"), true},
+		{"refuses", closedAddr, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := newPool(t, "postgres://u:p@"+tc.addr+"/db?sslmode=disable&connect_timeout=30")
+			s := pgbreaker.New(pool)
+			defer s.Close()
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			_, _, err := s.Load(ctx, testKey(t))
+			if err == nil || !strings.HasPrefix(err.Error(), "pgbreaker: ") || errors.Is(err, context.DeadlineExceeded) != tc.timeout {
+				t.Errorf("Load() = %v, want a pgbreaker error, a timeout: %v", err, tc.timeout)
+			}
+			if _, err := s.CompareAndSwap(ctx, testKey(t), 0, llmretry.SharedState{Format: 1}); err == nil {
+				t.Errorf("CompareAndSwap() = nil error, want one")
+			}
+		})
+	}
+}
