@@ -401,6 +401,23 @@ type run[Req, Resp any] struct {
 	handed  bool
 }
 
+// reportUsageUp tells the enclosing chain's attempt, when there is one,
+// what this call cost: every attempt it made, success a included. An LM
+// that wraps an LM is billed for the inner chain's attempts. (A failed
+// inner call reports through its error: see lastOf.)
+func (r *run[Req, Resp]) reportUsageUp(a Attempt) {
+	if r.parent == nil {
+		return
+	}
+	total, known := knownUsage(r.attempts)
+	if a.Usage != nil {
+		total, known = total.Add(*a.Usage), true
+	}
+	if known {
+		r.parent.setUsage(total)
+	}
+}
+
 // begin starts the state of one Do under ctx.
 func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
 	r := run[Req, Resp]{c: c, ctx: ctx, plan: newPlan(len(c.Backends))}
@@ -457,6 +474,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 		if a.Err == nil {
 			r.keep("")
 			r.notify(a)
+			r.reportUsageUp(a)
 			return resp, l, nil, true
 		}
 		d := r.decide(b, a, end)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -45,12 +46,29 @@ func (e *Exhausted) ItemRetryable() bool {
 	if stoppedRefused(e.Attempts) {
 		return false
 	}
-	for i := range e.Attempts {
-		if k := e.Attempts[i].Kind; k != KindRejected && k != KindTruncated && k != KindRefused {
+	return !allRequestRefused(e.Attempts)
+}
+
+// allRequestRefused reports whether there are attempts and every one was
+// [KindRejected], [KindTruncated] or [KindRefused]: about the request,
+// which every backend would refuse again.
+func allRequestRefused(attempts []Attempt) bool {
+	for i := range attempts {
+		if k := attempts[i].Kind; k != KindRejected && k != KindTruncated && k != KindRefused {
+			return false
+		}
+	}
+	return len(attempts) > 0
+}
+
+// anyStatus reports whether an attempt was answered with HTTP status code.
+func anyStatus(attempts []Attempt, code int) bool {
+	for i := range attempts {
+		if attempts[i].Status == code {
 			return true
 		}
 	}
-	return len(e.Attempts) == 0
+	return false
 }
 
 // stoppedRefused reports whether the chain stopped because a provider
@@ -245,12 +263,11 @@ func (c *Cancelled) outcome() (Kind, detail) { return lastOf(c.Attempts, KindCan
 func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if a := &attempts[i]; a.Kind == kind {
-			usage, _ := knownUsage(attempts) // an inner chain's attempts are what its outer attempt cost
-			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter, usage: usage}
+			// An inner chain's attempts are what its outer attempt cost.
+			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter, usage: usagePtr(attempts)}
 		}
 	}
-	usage, _ := knownUsage(attempts)
-	return kind, detail{usage: usage}
+	return kind, detail{usage: usagePtr(attempts)}
 }
 
 // sameError reports whether err is target itself, compared as errors.Is
@@ -401,7 +418,12 @@ func lever(what string, attempts []Attempt) string {
 	if breaker {
 		levers = append(levers, "backends were skipped while their breakers were open")
 	}
-	if len(levers) == 0 && allKind(attempts, KindRejected) {
+	if len(levers) == 0 && allRequestRefused(attempts) {
+		if anyStatus(attempts, http.StatusTooManyRequests) {
+			// A 429 that is rejected is a spent quota: the request is
+			// fine, the account is not.
+			return "every backend rejected this request, a spent quota among them; running it again helps only once the quota is raised or resets"
+		}
 		return "every backend rejected this request; change the request, since running it again will not help"
 	}
 	if len(levers) == 0 {
@@ -556,7 +578,7 @@ func logValue(outcome string, err adviser, attempts []Attempt, cause error) slog
 		attrs = append(attrs, slog.String("cause", Redact(cause.Error())))
 	}
 	if total, ok := knownUsage(attempts); ok {
-		attrs = append(attrs, slog.Group("usage", usageAttrs(*total)...))
+		attrs = append(attrs, slog.Group("usage", usageAttrs(total)...))
 	}
 	if _, unknown := TotalUsage(attempts); unknown > 0 {
 		attrs = append(attrs, slog.Int("usage_unknown", unknown))
@@ -590,7 +612,7 @@ func marshalError(outcome string, err adviser, attempts []Attempt, cause error) 
 	if cause != nil {
 		j.Cause = Redact(cause.Error())
 	}
-	j.Usage, _ = knownUsage(attempts)
+	j.Usage = usagePtr(attempts)
 	_, j.UsageUnknown = TotalUsage(attempts)
 	return json.Marshal(j)
 }

@@ -117,3 +117,29 @@ func TestRefusalEverywhere(t *testing.T) {
 		t.Errorf("KindRefused.Retryable() = true, want false")
 	}
 }
+
+// The summary's lever follows the advice: nothing retryable was seen, so
+// it never suggests wider waits; a rejected 429 is a spent quota.
+func TestLeverOfRequestRefusals(t *testing.T) {
+	at := time.Unix(0, 0).UTC()
+	refused := llmretry.Attempt{Model: "a", Try: 1, Kind: llmretry.KindRefused, Start: at, Next: llmretry.NextFailOver, Why: llmretry.WhyNotRetryable}
+	rejected := llmretry.Attempt{Backend: 1, Model: "b", Try: 1, Kind: llmretry.KindRejected, Status: 400, Start: at, Next: llmretry.NextStop, Why: llmretry.WhyNotRetryable}
+	quota := rejected
+	quota.Status = 429
+	tests := []struct {
+		attempts []llmretry.Attempt
+		want     string
+	}{
+		{[]llmretry.Attempt{refused, rejected}, "change the request"},
+		{[]llmretry.Attempt{rejected, quota}, "a spent quota among them"},
+	}
+	for _, tc := range tests {
+		err := &llmretry.Exhausted{Attempts: tc.attempts}
+		if msg := err.Error(); !strings.Contains(msg, tc.want) || strings.Contains(msg, "widen the retry waits") {
+			t.Errorf("Error() = %q, want the lever %q", msg, tc.want)
+		}
+		if err.ItemRetryable() {
+			t.Errorf("ItemRetryable() = true for %v, want false", tc.attempts)
+		}
+	}
+}

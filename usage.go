@@ -35,10 +35,13 @@ func ReportUsage(ctx context.Context, u Usage) {
 	if ctx == nil {
 		return
 	}
-	a, _ := ctx.Value(markKey{}).(*attemptCtx)
-	if a == nil {
-		return
+	if a, _ := ctx.Value(markKey{}).(*attemptCtx); a != nil {
+		a.setUsage(u)
 	}
+}
+
+// setUsage keeps u as what the attempt cost, replacing any earlier report.
+func (a *attemptCtx) setUsage(u Usage) {
 	a.limitsMu.Lock()
 	a.usage = &u
 	a.limitsMu.Unlock()
@@ -74,16 +77,20 @@ func TotalUsage(attempts []Attempt) (total Usage, unknown int) {
 
 // knownUsage is the total usage of the attempts that carry one, and
 // whether any does.
-func knownUsage(attempts []Attempt) (*Usage, bool) {
-	var total Usage
-	known := false
+func knownUsage(attempts []Attempt) (Usage, bool) {
+	total, _ := TotalUsage(attempts)
 	for i := range attempts {
-		if u := attempts[i].Usage; u != nil {
-			total, known = total.Add(*u), true
+		if attempts[i].Usage != nil {
+			return total, true
 		}
 	}
-	if !known {
-		return nil, false
+	return total, false
+}
+
+// usagePtr is the total usage of the attempts, nil when none carries one.
+func usagePtr(attempts []Attempt) *Usage {
+	if total, ok := knownUsage(attempts); ok {
+		return &total
 	}
-	return &total, true
+	return nil
 }

@@ -153,3 +153,31 @@ func TestNestedUsage(t *testing.T) {
 		t.Errorf("outer record's usage differs (-want +got):\n%s", d)
 	}
 }
+
+// A nested chain that answers reports what all its attempts cost to the
+// outer attempt that ran it, so the outer record's cost is known.
+func TestNestedSuccessUsage(t *testing.T) {
+	calls := 0
+	inner := &chain{Backends: []backend{{Model: "in", Retry: waits(0), Call: func(ctx context.Context, req string) (string, error) {
+		calls++
+		if calls == 1 {
+			f := llmretry.ParseFailure("{", nil)
+			f.Usage = &llmretry.Usage{InputTokens: 5, OutputTokens: 1}
+			return "", f
+		}
+		llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 5, OutputTokens: 2})
+		return "ok", nil
+	}}}}
+	rec := newRecorder()
+	outer := &chain{Backends: []backend{{Model: "out", Call: inner.Do}}, OnAttempt: rec.OnAttempt}
+	if _, err := outer.Do(context.Background(), "hi"); err != nil {
+		t.Fatalf("Do() error = %v", err)
+	}
+	seen, _ := rec.seen()
+	if d := cmp.Diff(&llmretry.Usage{InputTokens: 10, OutputTokens: 3}, seen[0].Usage); d != "" {
+		t.Errorf("outer record's usage differs (-want +got):\n%s", d)
+	}
+	if _, unknown := llmretry.TotalUsage(seen); unknown != 0 {
+		t.Errorf("TotalUsage counts %d unknown, want 0: the inner chain reported its cost", unknown)
+	}
+}

@@ -1,16 +1,11 @@
 package llmretrytest
 
+import "github.com/llmretry/llmretry"
+
 // Usage is the usage a response told its client, in tokens, as
-// [Request].Usage logs it. Its fields are those of llmretry.Usage, in
-// the same order, so a test converts one into the other with
-// llmretry.Usage(u); this package does not import llmretry, whose own
-// tests use it.
-type Usage struct {
-	InputTokens       int64 // the prompt's: always 10, as the server does not tokenize
-	OutputTokens      int64 // one per text chunk, or what a stream has reported so far
-	CachedInputTokens int64 // 0 unless the step sets it (Step.WithUsageDetails)
-	ReasoningTokens   int64 // 0 unless the step sets it (Step.WithUsageDetails)
-}
+// [Request].Usage logs it: the core's own type, so a test compares the
+// log with a chain's records directly.
+type Usage = llmretry.Usage
 
 // answerUsage is the usage of a whole answer to st, as every endpoint's
 // JSON body and its stream's last usage event report it.

@@ -253,7 +253,9 @@ func codeKind(code string) (llmretry.Kind, int) {
 		return llmretry.KindTransient, 529
 	case code == "rate_limit_exceeded" || code == "rate_limit_error":
 		return llmretry.KindTransient, http.StatusTooManyRequests
-	case refusedCode(code) || strings.Contains(code, "policy"):
+	case refusedCode(code) || code == "bio_policy" || code == "image_content_policy_violation":
+		// Only the codes known to name a content policy: a refusal ends
+		// the chain, which an unknown code must not do.
 		return llmretry.KindRefused, 0
 	}
 	// invalid_prompt, insufficient_quota, invalid_image and the like: the same input fails

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -360,13 +361,23 @@ func (t *telemetry) observeBreakers(meter metric.Meter) {
 	openings, err := meter.Int64ObservableCounter("llmretry.breaker.openings",
 		metric.WithDescription("Times a backend's Breaker opened."), metric.WithUnit("{opening}"))
 	handle(err)
+	// A counter must never go down, but a Breaker with a Store reads its
+	// count from the fleet, which can be lower than the count it kept on
+	// its own while the store was down: report the highest seen. With a
+	// Store every process reports the fleet's count, so a dashboard takes
+	// the max across processes, not the sum.
+	var mu sync.Mutex
+	seen := make([]int64, len(watched))
 	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		now := time.Now()
-		for _, b := range watched {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, b := range watched {
 			st := b.breaker.State()
 			attrs := metric.WithAttributes(append(t.modelAttrs(b), keyBackend.Int(b.index))...)
 			o.ObserveInt64(state, breakerState(st, now), attrs)
-			o.ObserveInt64(openings, int64(st.Opened), attrs)
+			seen[i] = max(seen[i], int64(st.Opened))
+			o.ObserveInt64(openings, seen[i], attrs)
 		}
 		return nil
 	}, state, openings)
