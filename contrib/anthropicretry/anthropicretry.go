@@ -76,10 +76,10 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 // With an emit, every piece of text is handed to emit as it arrives.
 // Before emit sees the first non-empty text, and again before every later
 // piece of text, the Backend calls [llmretry.Delivered], so a failure after
-// the caller has seen text is neither resent nor taken to another backend,
-// and Backend.StallTimeout measures the gaps between pieces of text. Only
-// text counts: a long tool call or thinking block that sends no text
-// counts as a stall.
+// the caller has seen text is neither resent nor taken to another backend.
+// Backend.StallTimeout measures the gaps between events in both modes: a
+// long tool call or thinking block that sends no text is alive as long as
+// its events come.
 //
 // With a nil emit, the answer is held until it is complete and nothing is
 // delivered: every event the stream brings (text, a tool call's input, a
@@ -143,11 +143,10 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 				if err := msg.Accumulate(ev); err != nil {
 					return fail(malformed(err))
 				}
-				if emit == nil {
-					// Nothing reaches the caller before the end, so the
-					// attempt may still be sent again; it is alive.
-					llmretry.Progress(ctx)
-				}
+				// Every event is progress, text or not (a tool call's
+				// input, a thinking block), in both modes: StallTimeout
+				// measures the time without an event.
+				llmretry.Progress(ctx)
 				switch ev.Type {
 				case "message_start":
 					billed = true

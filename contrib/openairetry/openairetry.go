@@ -140,9 +140,10 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 				if chunk.JSON.Usage.Valid() {
 					usage = chatUsage(&chunk.Usage)
 				}
-				if emit == nil {
-					llmretry.Progress(ctx)
-				}
+				// Every chunk is progress, text or not (a tool call's
+				// arguments, a role), in both modes: StallTimeout measures
+				// the time without a chunk.
+				llmretry.Progress(ctx)
 				for _, choice := range chunk.Choices {
 					if choice.Index != 0 || choice.Delta.Content == "" || emit == nil {
 						continue
@@ -159,8 +160,11 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 					// hold a whole answer back.
 					grace = time.AfterFunc(usageGrace, cancel)
 				}
-				if finished && usage != nil {
-					break // nothing but [DONE] is still to come
+				if finished && chunk.JSON.Usage.Valid() {
+					// The usage at or after the finish is the total (a
+					// server may send a running count with every chunk):
+					// nothing but [DONE] is still to come.
+					break
 				}
 			}
 			text := firstText(&acc.ChatCompletion)
