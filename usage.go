@@ -55,20 +55,20 @@ func (a *attemptCtx) reportedUsage() *Usage {
 }
 
 // TotalUsage sums the usage the attempts' records carry, and counts the
-// attempts whose cost is unknown: sent (not skipped), with no Usage and
-// no HTTP status. Among failures those are the ones no response was seen
-// for (a timeout or a cut connection, which the provider may have
-// billed); a success among them is one whose backend reported no usage.
-// An attempt answered with an error status and no usage is not counted:
-// providers do not bill a request they refused. In nested chains an inner chain's
-// records are counted through the attempt that ran them.
+// attempts whose cost is unknown: sent (not skipped), with no Usage, and
+// not answered with an HTTP error status (400 and above). Among failures
+// those are a timeout or a cut connection, which the provider may have
+// billed, and an answer that was billed but came without usage; a
+// success among them is one whose backend reported no usage. An attempt
+// answered with an error status and no usage is not counted: providers
+// do not bill a request they refused.
 func TotalUsage(attempts []Attempt) (total Usage, unknown int) {
 	for i := range attempts {
 		a := &attempts[i]
 		switch {
 		case a.Usage != nil:
 			total = total.Add(*a.Usage)
-		case !a.Skipped && a.Status == 0:
+		case !a.Skipped && a.Status < 400:
 			unknown++
 		}
 	}

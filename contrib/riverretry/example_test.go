@@ -145,5 +145,5 @@ func ExampleError() {
 	}
 	// Output:
 	// cancel: true
-	// {"outcome":"truncated","item_retryable":false,"error":"llmretry: truncated after 1 attempt on 1 backend: raise the completion budget (max tokens)\n\t[backend 0 gpt-4o try 1] finish_reason length (stopping: not_retryable)","attempts":[{"backend":0,"model":"gpt-4o","try":1,"kind":"truncated","status":200,"error":"finish_reason length","raw_text":"Retries need jitter because","start":"0001-01-01T00:00:00Z","elapsed_ms":0,"next":"stop","why":"not_retryable","retry_in_ms":0,"delivered":false}]}
+	// {"outcome":"truncated","item_retryable":false,"error":"llmretry: truncated after 1 attempt on 1 backend: raise the completion budget (max tokens)\n\t[backend 0 gpt-4o try 1] finish_reason length (stopping: not_retryable)","usage_unknown":1,"attempts":[{"backend":0,"model":"gpt-4o","try":1,"kind":"truncated","status":200,"error":"finish_reason length","raw_text":"Retries need jitter because","start":"0001-01-01T00:00:00Z","elapsed_ms":0,"next":"stop","why":"not_retryable","retry_in_ms":0,"delivered":false}]}
 }
