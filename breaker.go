@@ -189,6 +189,7 @@ type Breaker struct {
 	storeDown  bool
 	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
 	line       []SharedWaiter // with a Store, the fleet's line as last loaded
+	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
 }
 
 // admission is a request the breaker let through.
@@ -742,7 +743,14 @@ func (b *Breaker) open(now time.Time, d time.Duration, kind Kind, hinted bool) {
 const maxOpen = 100 * 365 * 24 * time.Hour
 
 // notifier returns the channel that the next change of state closes.
-func (b *Breaker) notifier() <-chan struct{} {
+// While b decides on a state loaded from its Store, that is the channel
+// of when the load began, closed already if the state changed since: a
+// verdict on a state that is stale by then must not wait for a change
+// that has come.
+func (b *Breaker) notifier() chan struct{} {
+	if b.seen != nil {
+		return b.seen
+	}
 	if b.changed == nil {
 		b.changed = make(chan struct{})
 	}

@@ -183,6 +183,14 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 	defer cancel()
 	err := errStoreBusy
 	for range maxStoreTries {
+		// The wake-up of the verdict: a change that lands after the
+		// load has read the state, and before decide hands out its
+		// channel, would otherwise be lost, and a waiting call held by
+		// the state as loaded would sleep through it (to its bound, when
+		// no time ends its wait) while the backend has room.
+		b.mu.Lock()
+		seen := b.notifier()
+		b.mu.Unlock()
 		st, ver, lerr := b.Store.Load(ctx, b.Key)
 		if lerr == nil && st.Format > SharedFormat {
 			lerr = fmt.Errorf("llmretry: breaker store: state of format %d, newer than %d", st.Format, SharedFormat)
@@ -200,7 +208,9 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 		}
 		b.load(st, ver, now)
 		before := b.save()
+		b.seen = seen
 		v := decide()
+		b.seen = nil
 		next := b.save()
 		b.mu.Unlock()
 		if reflect.DeepEqual(before, next) {
@@ -398,6 +408,12 @@ func (b *Breaker) startWatch() (stop func()) {
 				if w.ch != nil {
 					changed, tick = w.ch, nil
 				}
+				// A change made after the waiting calls last loaded the
+				// state and before the watch began went unheard: they
+				// look again, once.
+				b.mu.Lock()
+				b.wake()
+				b.mu.Unlock()
 				continue
 			case _, ok := <-changed:
 				if !ok {

@@ -468,3 +468,122 @@ func TestSharedBreakerStoreCannotBeUsed(t *testing.T) {
 		})
 	}
 }
+
+// lateReply is a store whose Load reads the state at once and answers
+// reply later, as a database's answer travels back to its process: a
+// change written meanwhile is not in the state it returns. Its Watch
+// begins to watch only watch after it is called; its compare-and-swap
+// takes no time.
+type lateReply struct {
+	llmretrytest.MemoryStore
+	reply, watch time.Duration
+}
+
+func (s *lateReply) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+	st, ver, err := s.MemoryStore.Load(ctx, key)
+	if !sleepCtx(ctx, s.reply) {
+		return llmretry.SharedState{}, 0, ctx.Err()
+	}
+	return st, ver, err
+}
+
+func (s *lateReply) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	if !sleepCtx(ctx, s.watch) {
+		return nil, ctx.Err()
+	}
+	return s.MemoryStore.Watch(ctx, key)
+}
+
+// sleepCtx sleeps for d, and reports false when ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// otherProcess changes the state of key in store as another process of
+// the fleet would, and fails the test when it cannot.
+func otherProcess(t *testing.T, store *llmretrytest.MemoryStore, key string, change func(*llmretry.SharedState)) {
+	t.Helper()
+	st, ver, err := store.Load(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(&st)
+	if ok, err := store.CompareAndSwap(context.Background(), key, ver, st); !ok || err != nil {
+		t.Fatalf("CompareAndSwap() = %v, %v, want true, nil", ok, err)
+	}
+}
+
+// halfOpenElsewhere is a state in which another process's probe holds
+// the backend half-open, after a hint, from start on.
+func halfOpenElsewhere(start time.Time) func(*llmretry.SharedState) {
+	return func(st *llmretry.SharedState) {
+		*st = llmretry.SharedState{
+			Format: llmretry.SharedFormat, Failures: 1, Until: start.Add(-sec), Kind: llmretry.KindTransient, Hinted: true, Opened: 1,
+			ProbeOwner: "other/1", ProbeUntil: start.Add(time.Minute),
+		}
+	}
+}
+
+// probeAnswered is the change of the process whose probe answered: the
+// backend is closed.
+func probeAnswered(st *llmretry.SharedState) {
+	st.Failures, st.Until, st.Hinted, st.ProbeOwner, st.ProbeUntil = 0, time.Time{}, false, "", time.Time{}
+}
+
+// A change that another process makes while a waiting call cannot hear
+// of it wakes the call all the same, as soon as it can tell: here the
+// backend is half-open for another process's probe, which answers at
+// probeAt, and the call, waiting for it within a 10 s bound, is sent at
+// want, not at the bound.
+func TestSharedBreakerWakeNotLost(t *testing.T) {
+	tests := []struct {
+		name    string
+		watch   time.Duration // how long the store's Watch takes to begin
+		nudgeAt time.Duration // when another process makes a change of no consequence; 0: none
+		probeAt time.Duration
+		want    time.Duration
+	}{
+		// The nudge wakes the call, whose load reads the state at 1 s and
+		// answers 10 ms later; the probe's success lands in between. The
+		// call looks again once its load is back.
+		{name: "during_load", nudgeAt: sec, probeAt: 1005 * ms, want: 1020 * ms},
+		// The call joins the line at 10 ms and starts the watch, which
+		// begins at 30 ms; the probe's success lands before, after the
+		// call's last load read the state. The call looks again once the
+		// watch has begun.
+		{name: "before_watch", watch: 20 * ms, probeAt: 25 * ms, want: 40 * ms},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const key = "openai/gpt-4o"
+				store := &lateReply{reply: 10 * ms, watch: tc.watch}
+				start := time.Now()
+				otherProcess(t, &store.MemoryStore, key, halfOpenElsewhere(start))
+				a := newDesk("a", takes(0))
+				retry := llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: retry, Breaker: &llmretry.Breaker{Store: store, Key: key}}}}
+				out := doAt(t.Context(), c, 0, "waits")
+				if tc.nudgeAt > 0 {
+					time.Sleep(tc.nudgeAt)
+					otherProcess(t, &store.MemoryStore, key, func(*llmretry.SharedState) {})
+				}
+				time.Sleep(tc.probeAt - tc.nudgeAt)
+				otherProcess(t, &store.MemoryStore, key, probeAnswered)
+				if r := <-out; r.err != nil {
+					t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+				}
+				if diff := cmp.Diff([]sent{{tc.want, "waits"}}, a.log()); diff != "" {
+					t.Errorf("requests (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
