@@ -190,6 +190,7 @@ type Breaker struct {
 	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
 	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
+	loading    *storeLoad     // the Load in flight that other calls may share; nil when none
 }
 
 // admission is a request the breaker let through.
@@ -281,7 +282,7 @@ type verdict struct {
 // among the waiters, nil when it is not waiting.
 func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 	if b.Store != nil {
-		return decideShared(b, now, func() verdict { return b.decideAdmit(now, w) })
+		return decideShared(b, now, w != nil, func() verdict { return b.decideAdmit(now, w) })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -630,7 +631,7 @@ func (b *Breaker) leave(w *breakerWaiter) {
 	if b.Store != nil && b.inFleetLine(w) {
 		// It gave up waiting: out of the fleet's line too, or it holds
 		// the others up until its place there runs out.
-		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
+		decideShared(b, time.Now(), false, func() struct{} { b.delist(w); return struct{}{} })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -656,7 +657,7 @@ func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration,
 		return struct{}{}
 	}
 	if b.Store != nil {
-		decideShared(b, now, decide)
+		decideShared(b, now, false, decide)
 		return
 	}
 	b.mu.Lock()

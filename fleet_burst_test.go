@@ -103,7 +103,11 @@ func TestSharedBreakerBurstDrains(t *testing.T) {
 				if err := errors.Join(errs...); err != nil {
 					t.Errorf("Do() = %v, want every call answered", err)
 				}
-				t.Logf("429s: %d; store calls: %+v", d.refused, store.Calls())
+				var storeErrs int64
+				for _, br := range brs {
+					storeErrs += br.State().StoreErrors
+				}
+				t.Logf("429s: %d; store calls: %+v, of which failed: %d", d.refused, store.Calls(), storeErrs)
 			})
 		})
 	}
