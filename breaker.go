@@ -119,8 +119,9 @@ const DefaultCooldown = 30 * time.Second
 //     the state, decides on it, and writes it back by compare-and-swap,
 //     deciding again when another process wrote first. A decision that
 //     changes nothing writes nothing. So a request through a closed
-//     breaker costs four store calls; one that waits also loads the
-//     state each time another process changes it.
+//     breaker costs four store calls. The calls waiting in a process
+//     load the state each time another process changes it, sharing one
+//     load between them when they look at once.
 //   - The line of waiting calls is the fleet's: each call waiting in any
 //     process stands in it, by when its Do began.
 //   - The half-open probe, each request let through, and each place in

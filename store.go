@@ -175,7 +175,9 @@ var errStoreBusy = errors.New("llmretry: breaker store: the state changed on eve
 // outcome back when nobody changed the state meanwhile, and otherwise
 // decides again. When the store fails or is slower than StoreTimeout, it
 // decides from the state the Breaker last held, and counts the failure;
-// the next decision asks the store again. b.mu must not be held: the
+// the next decision asks the store again. waiting says that the
+// decision is a waiting call's look at the state, which may share a load
+// with the other waiting calls (see loadFrom). b.mu must not be held: the
 // store is called without it, so that a slow store holds up no reading
 // of the Breaker.
 func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() T) T {
@@ -273,7 +275,7 @@ func (b *Breaker) loadFrom(ctx context.Context, seen chan struct{}, share bool) 
 		case <-l.done:
 			return l.st, l.ver, l.err
 		case <-ctx.Done():
-			return SharedState{}, 0, ctx.Err()
+			return SharedState{}, 0, fmt.Errorf("llmretry: breaker store: %w", ctx.Err())
 		}
 	}
 	l := &storeLoad{seen: seen, done: make(chan struct{})}
