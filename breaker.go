@@ -192,6 +192,7 @@ type Breaker struct {
 	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
 	loading    *storeLoad     // the Load in flight that other calls may share; nil when none
+	lineUnsure bool           // a write failed since the last load: line may lack calls that still stand in the store's
 }
 
 // admission is a request the breaker let through.

@@ -209,6 +209,7 @@ func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() 
 			continue
 		}
 		b.load(st, ver, now)
+		b.lineUnsure = false // b.line is the store's again
 		before := b.save()
 		b.seen = seen
 		v := decide()
@@ -224,8 +225,12 @@ func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() 
 		ok, cerr := b.Store.CompareAndSwap(ctx, b.Key, ver, next)
 		if cerr != nil {
 			// Decided on the fleet's state, but whether the write landed
-			// is not known: the local state holds the decision.
+			// is not known: the local state holds the decision. A call
+			// it took out of the fleet's line may still stand there.
 			b.served(cerr)
+			b.mu.Lock()
+			b.lineUnsure = true
+			b.mu.Unlock()
 			return v
 		}
 		if ok {
@@ -510,10 +515,14 @@ func (b *Breaker) delist(w *breakerWaiter) {
 }
 
 // inFleetLine reports whether w stands in the fleet's line, as b last
-// saw it.
+// saw it, or may stand there: a write that took it out failed, and no
+// load since has said.
 func (b *Breaker) inFleetLine(w *breakerWaiter) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.lineUnsure {
+		return true
+	}
 	name := b.waiterName(w)
 	return slices.ContainsFunc(b.line, func(x SharedWaiter) bool { return x.Owner == name })
 }

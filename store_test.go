@@ -619,3 +619,45 @@ func TestSharedBreakerWaitersShareALoad(t *testing.T) {
 		}
 	})
 }
+
+// failOnce is a store whose first compare-and-swap that lets a request
+// through, after the one that put it in line, fails without writing,
+// as a database that timed out before the commit.
+type failOnce struct {
+	llmretrytest.MemoryStore
+	failed bool
+}
+
+func (s *failOnce) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+	if !s.failed && next.AdmitSeq > 0 {
+		s.failed = true
+		return false, errors.New("connection reset")
+	}
+	return s.MemoryStore.CompareAndSwap(ctx, key, version, next)
+}
+
+// A call let through by a decision whose write failed leaves the fleet's
+// line all the same, once it is done waiting: its place there, had it
+// stayed, would stand ahead of every later call of the fleet for the
+// whole ProbeLease, and hold the half-open probe and pacing's last
+// request from them.
+func TestSharedBreakerFailedWriteLeavesNoPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const key = "openai/gpt-4o"
+		store := &failOnce{}
+		otherProcess(t, &store.MemoryStore, key, halfOpenElsewhere(time.Now()))
+		a := newDesk("a", takes(0))
+		retry := llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: retry, Breaker: &llmretry.Breaker{Store: store, Key: key}}}}
+		out := doAt(t.Context(), c, 0, "waits")
+		time.Sleep(sec)
+		otherProcess(t, &store.MemoryStore, key, probeAnswered)
+		if r := <-out; r.err != nil {
+			t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+		}
+		st, _, err := store.Load(context.Background(), key)
+		if err != nil || !store.failed || len(st.Line) != 0 {
+			t.Errorf("after the call: Line = %+v, %v (the write failed: %v), want no one in line", st.Line, err, store.failed)
+		}
+	})
+}
