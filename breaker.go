@@ -119,9 +119,8 @@ const DefaultCooldown = 30 * time.Second
 //     the state, decides on it, and writes it back by compare-and-swap,
 //     deciding again when another process wrote first. A decision that
 //     changes nothing writes nothing. So a request through a closed
-//     breaker costs four store calls. The calls waiting in a process
-//     load the state each time another process changes it, sharing one
-//     load between them when they look at once.
+//     breaker costs four store calls; one that waits also loads the
+//     state each time another process changes it.
 //   - The line of waiting calls is the fleet's: each call waiting in any
 //     process stands in it, by when its Do began.
 //   - The half-open probe, each request let through, and each place in
@@ -191,7 +190,6 @@ type Breaker struct {
 	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
 	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
-	loading    *storeLoad     // the Load in flight that other calls may share; nil when none
 	lineUnsure bool           // a write failed since the last load: line may lack calls that still stand in the store's
 }
 
@@ -284,7 +282,7 @@ type verdict struct {
 // among the waiters, nil when it is not waiting.
 func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
 	if b.Store != nil {
-		return decideShared(b, now, w != nil, func() verdict { return b.decideAdmit(now, w) })
+		return decideShared(b, now, func() verdict { return b.decideAdmit(now, w) })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -633,7 +631,7 @@ func (b *Breaker) leave(w *breakerWaiter) {
 	if b.Store != nil && b.inFleetLine(w) {
 		// It gave up waiting: out of the fleet's line too, or it holds
 		// the others up until its place there runs out.
-		decideShared(b, time.Now(), false, func() struct{} { b.delist(w); return struct{}{} })
+		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -659,7 +657,7 @@ func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration,
 		return struct{}{}
 	}
 	if b.Store != nil {
-		decideShared(b, now, false, decide)
+		decideShared(b, now, decide)
 		return
 	}
 	b.mu.Lock()

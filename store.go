@@ -175,12 +175,10 @@ var errStoreBusy = errors.New("llmretry: breaker store: the state changed on eve
 // outcome back when nobody changed the state meanwhile, and otherwise
 // decides again. When the store fails or is slower than StoreTimeout, it
 // decides from the state the Breaker last held, and counts the failure;
-// the next decision asks the store again. waiting says that the
-// decision is a waiting call's look at the state, which may share a load
-// with the other waiting calls (see loadFrom). b.mu must not be held: the
+// the next decision asks the store again. b.mu must not be held: the
 // store is called without it, so that a slow store holds up no reading
 // of the Breaker.
-func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() T) T {
+func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(b.StoreTimeout, DefaultStoreTimeout))
 	defer cancel()
 	err := errStoreBusy
@@ -193,7 +191,7 @@ func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() 
 		b.mu.Lock()
 		seen := b.notifier()
 		b.mu.Unlock()
-		st, ver, lerr := b.loadFrom(ctx, seen, waiting)
+		st, ver, lerr := b.Store.Load(ctx, b.Key)
 		if lerr == nil && st.Format > SharedFormat {
 			lerr = fmt.Errorf("llmretry: breaker store: state of format %d, newer than %d", st.Format, SharedFormat)
 		}
@@ -250,50 +248,6 @@ func decideShared[T any](b *Breaker, now time.Time, waiting bool, decide func() 
 	b.local = true
 	defer func() { b.local = false }()
 	return decide()
-}
-
-// storeLoad is a Load of a Breaker's state in flight, which the
-// decisions of its other calls may share.
-type storeLoad struct {
-	seen chan struct{} // the Breaker's change channel when it began
-	done chan struct{} // closed once it is back
-	st   SharedState   // read only: load copies what it keeps
-	ver  int64
-	err  error
-}
-
-// loadFrom loads b's state for a decision that took seen as its change
-// channel before it asked. It shares a Load of another call in flight
-// that began with the same channel: no change was signalled since that
-// Load began, so its state is as fresh as one this call would load, and
-// a change it misses closes seen, as it would for a Load of this call's
-// own. When a change wakes the calls waiting in a process, they so load
-// the state once between them, not once each.
-func (b *Breaker) loadFrom(ctx context.Context, seen chan struct{}, share bool) (SharedState, int64, error) {
-	if !share {
-		return b.Store.Load(ctx, b.Key)
-	}
-	b.mu.Lock()
-	if l := b.loading; l != nil && l.seen == seen {
-		b.mu.Unlock()
-		select {
-		case <-l.done:
-			return l.st, l.ver, l.err
-		case <-ctx.Done():
-			return SharedState{}, 0, fmt.Errorf("llmretry: breaker store: %w", ctx.Err())
-		}
-	}
-	l := &storeLoad{seen: seen, done: make(chan struct{})}
-	b.loading = l
-	b.mu.Unlock()
-	l.st, l.ver, l.err = b.Store.Load(ctx, b.Key)
-	b.mu.Lock()
-	if b.loading == l {
-		b.loading = nil
-	}
-	b.mu.Unlock()
-	close(l.done)
-	return l.st, l.ver, l.err
 }
 
 // served records how a store call went: err nil for a success.

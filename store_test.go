@@ -588,38 +588,6 @@ func TestSharedBreakerWakeNotLost(t *testing.T) {
 	}
 }
 
-// The calls waiting in one process, woken together by another
-// process's change, load the state once between them, not once each.
-func TestSharedBreakerWaitersShareALoad(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const key = "openai/gpt-4o"
-		store := &llmretrytest.MemoryStore{Latency: 2 * ms}
-		otherProcess(t, store, key, halfOpenElsewhere(time.Now()))
-		a := newDesk("a", takes(0))
-		retry := llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}
-		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: retry, Breaker: &llmretry.Breaker{Store: store, Key: key}}}}
-		var outs []<-chan outcome
-		for i := range 3 {
-			outs = append(outs, doAt(t.Context(), c, time.Duration(i)*ms, "waits"))
-		}
-		time.Sleep(sec)
-		synctest.Wait()
-		before := store.Calls().Loads
-		otherProcess(t, store, key, func(*llmretry.SharedState) {}) // a change of no consequence
-		time.Sleep(sec)
-		synctest.Wait()
-		if got := store.Calls().Loads - before; got != 2 { // one by the test, one by the waiting calls
-			t.Errorf("loads after the change = %d, want 2", got)
-		}
-		otherProcess(t, store, key, probeAnswered)
-		for _, o := range outs {
-			if r := <-o; r.err != nil {
-				t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
-			}
-		}
-	})
-}
-
 // failOnce is a store whose first compare-and-swap that lets a request
 // through, after the one that put it in line, fails without writing,
 // as a database that timed out before the commit.
