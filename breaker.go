@@ -191,6 +191,7 @@ type Breaker struct {
 	line       []SharedWaiter // with a Store, the fleet's line as last loaded
 	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
 	lineUnsure bool           // a write failed since the last load: line may lack calls that still stand in the store's
+	gone       []string       // the fleet-line names of calls that left, until a decision has taken them out of the store's line
 }
 
 // admission is a request the breaker let through.
@@ -630,8 +631,13 @@ func (b *Breaker) leave(w *breakerWaiter) {
 	}
 	if b.Store != nil && b.inFleetLine(w) {
 		// It gave up waiting: out of the fleet's line too, or it holds
-		// the others up until its place there runs out.
-		decideShared(b, time.Now(), func() struct{} { b.delist(w); return struct{}{} })
+		// the others up until its place there runs out. Should this
+		// decision not reach the store, the next one that does takes
+		// it out (see gone).
+		b.mu.Lock()
+		b.gone = append(b.gone, b.waiterName(w))
+		b.mu.Unlock()
+		decideShared(b, time.Now(), func() struct{} { return struct{}{} })
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -209,6 +209,12 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 		b.load(st, ver, now)
 		b.lineUnsure = false // b.line is the store's again
 		before := b.save()
+		// The calls of this process that left the line while the store
+		// did not take their leave: out of it with this decision. Only
+		// this process knows they are gone; left in, each would stand
+		// ahead of every later call of the fleet for its whole lease.
+		gone := slices.Clone(b.gone)
+		b.line = slices.DeleteFunc(b.line, func(x SharedWaiter) bool { return slices.Contains(gone, x.Owner) })
 		b.seen = seen
 		v := decide()
 		b.seen = nil
@@ -218,6 +224,7 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 			// Nothing to write: a call held back changes nothing, and a
 			// write would wake every process's waiters for nothing.
 			b.served(nil)
+			b.forget(gone)
 			return v
 		}
 		ok, cerr := b.Store.CompareAndSwap(ctx, b.Key, ver, next)
@@ -233,6 +240,7 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 		}
 		if ok {
 			b.served(nil)
+			b.forget(gone)
 			return v
 		}
 		// Someone else changed the state: undo this decision here, and
@@ -248,6 +256,17 @@ func decideShared[T any](b *Breaker, now time.Time, decide func() T) T {
 	b.local = true
 	defer func() { b.local = false }()
 	return decide()
+}
+
+// forget drops names from b.gone: the store's line no longer holds
+// them.
+func (b *Breaker) forget(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gone = slices.DeleteFunc(b.gone, func(n string) bool { return slices.Contains(names, n) })
 }
 
 // served records how a store call went: err nil for a success.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -626,6 +627,53 @@ func TestSharedBreakerFailedWriteLeavesNoPlace(t *testing.T) {
 		st, _, err := store.Load(context.Background(), key)
 		if err != nil || !store.failed || len(st.Line) != 0 {
 			t.Errorf("after the call: Line = %+v, %v (the write failed: %v), want no one in line", st.Line, err, store.failed)
+		}
+	})
+}
+
+// busyWhile is a store whose every compare-and-swap finds the state
+// changed while busy is set, as one that other processes keep writing.
+type busyWhile struct {
+	llmretrytest.MemoryStore
+	busy atomic.Bool
+}
+
+func (s *busyWhile) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+	if s.busy.Load() {
+		return false, nil
+	}
+	return s.MemoryStore.CompareAndSwap(ctx, key, version, next)
+}
+
+// A call that gives up waiting while the store takes no write leaves
+// the fleet's line with the Breaker's next decision that the store
+// takes: here another call's.
+func TestSharedBreakerLeaveWhileStoreBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const key = "openai/gpt-4o"
+		store := &busyWhile{}
+		otherProcess(t, &store.MemoryStore, key, halfOpenElsewhere(time.Now()))
+		a := newDesk("a", takes(0))
+		retry := llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: 10 * sec}
+		c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Retry: retry, Breaker: &llmretry.Breaker{Store: store, Key: key}}}}
+		ctx, cancel := context.WithCancel(t.Context())
+		quits := doAt(ctx, c, 0, "quits")
+		time.Sleep(sec)
+		store.busy.Store(true)
+		cancel()
+		if r := <-quits; r.err == nil {
+			t.Fatalf("Do() = %q, nil, want an error", r.resp)
+		}
+		store.busy.Store(false)
+		waits := doAt(t.Context(), c, sec, "waits")
+		time.Sleep(2 * sec)
+		otherProcess(t, &store.MemoryStore, key, probeAnswered)
+		if r := <-waits; r.err != nil {
+			t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+		}
+		st, _, err := store.Load(context.Background(), key)
+		if err != nil || len(st.Line) != 0 {
+			t.Errorf("after the calls: Line = %+v, %v, want no one in line", st.Line, err)
 		}
 	})
 }
