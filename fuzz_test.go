@@ -688,8 +688,13 @@ func wantAdvice(outcome string, attempts []llmretry.Attempt) bool {
 	case "truncated":
 		return false
 	case "exhausted":
+		// "False when the chain stopped on a provider's refusal of the
+		// content, or ... every one was rejected, truncated or refused."
+		if n := len(attempts); n > 0 && attempts[n-1].Why == llmretry.WhyRefused {
+			return false
+		}
 		for _, a := range attempts {
-			if a.Kind != llmretry.KindRejected && a.Kind != llmretry.KindTruncated {
+			if a.Kind != llmretry.KindRejected && a.Kind != llmretry.KindTruncated && a.Kind != llmretry.KindRefused {
 				return true
 			}
 		}
