@@ -2,8 +2,6 @@ package llmretry
 
 import (
 	"cmp"
-	"math"
-	"slices"
 	"sync"
 	"time"
 )
@@ -18,7 +16,9 @@ const DefaultCooldown = 30 * time.Second
 
 // Breaker is the health of one backend, shared by every call of every
 // Chain that holds the same pointer. Its zero value is ready to use. It is
-// safe for concurrent use; copy it only before first use.
+// safe for concurrent use; copy it only before first use. Its cost per
+// decision does not grow with the calls in flight or waiting: each
+// waiting call is woken once, when its turn comes.
 //
 // A Chain learns nothing across calls without one: during an outage every
 // call spends its own retries on a backend that is down. With a Breaker on
@@ -49,13 +49,14 @@ const DefaultCooldown = 30 * time.Second
 //     refusal of the request included: the backend is up. Among waiting
 //     calls, the one whose Do began first gets the probe, so outcomes do
 //     not depend on goroutine scheduling.
-//   - When it closes while calls wait for it, they go in the same order,
-//     one millisecond apart: let go together, they would reach the backend
-//     at one instant, and which of them a rate-limited backend answered
-//     would depend on which goroutine ran first.
 //   - A success of an attempt sent before the breaker opened closes it
-//     too, open or half-open (or hands it to the waiting calls): the
-//     backend has just answered.
+//     too, open or half-open: the backend has just answered.
+//   - The calls that wait for a breaker form one line, in the order their
+//     Do began. Whenever the breaker lets calls of the line go (it closes,
+//     or pacing makes room for several), they go in that order, one
+//     millisecond apart: let go together, they would reach the backend at
+//     one instant, and which of them a rate-limited backend answered
+//     would depend on which goroutine ran first.
 //
 // A Breaker also paces its backend by the rate-limit reports its calls
 // make ([ReportLimits], [StatusFailure]), so as to send nothing the
@@ -69,20 +70,19 @@ const DefaultCooldown = 30 * time.Second
 //     when the provider admits the next request: the reset divided by
 //     the requests missing from the limit, as a bucket that is full
 //     again at the reset refills (the full reset when the limit is not
-//     known), and no earlier than the response's Retry-After (for no
-//     longer than the backend's MaxWait, as for an open period).
+//     known), and no earlier than the response's Retry-After (held to
+//     the backend's MaxWait, as an open period is).
 //   - S is the requests the breaker let through after that request was
 //     sent, and those let through before it that were still in flight
-//     then (which reached the provider first is not known): counting from
-//     the send, not from the report's arrival, counts the requests that
-//     reached the provider while the report was on its way back.
+//     then: counting from the send, not from the report's arrival, counts
+//     the requests that reached the provider while the report was on its
+//     way back.
 //   - A call is let through when R − S, plus 1 once T has come, is more
-//     than the calls ahead of it in the breaker's line (the first-come
-//     line of the half-open probe). Once the report is older than the
-//     time the bucket takes to refill from empty (W, from the reset and
-//     the limit), the limit less the requests let through in the last W
-//     counts instead when it is more, so that an old report does not
-//     hold the backend back for good.
+//     than the calls ahead of it in the breaker's line. Once the report
+//     is older than the time the bucket takes to refill from empty (W,
+//     from the reset and the limit), the limit less the requests let
+//     through in the last W counts instead when it is more, so that an
+//     old report does not hold the backend back for good.
 //   - Otherwise the backend is closed to the call, and no failure is
 //     counted: the call skips it (Skipped, Why [WhyPaced], Kind
 //     [KindTransient], RetryAfter the time until T), or, when it is the
@@ -110,37 +110,20 @@ const DefaultCooldown = 30 * time.Second
 //
 // A Breaker given a Store shares its state with the Breakers of every
 // process that use the same store and Key, so that a fleet acts as one
-// Breaker by the rules above: five failures seen by any processes open
-// the backend for all, one probe goes through for the fleet, and S
-// counts the requests every process let through. The rules stay here;
-// the store keeps the state ([SharedState]) and changes it atomically:
+// Breaker by the rules above: failures seen by any process open the
+// backend for all, one probe goes through for the fleet, S counts the
+// requests every process let through, and the line is the fleet's.
+// [BreakerStore] says how the state is kept and what each decision costs
+// in store calls. A store that fails, or is slower than StoreTimeout or
+// the caller's deadline, fails no call: the Breaker decides from the state
+// it last held, counts it in [BreakerState] StoreErrors, and shares what it
+// decided meanwhile with its next write. With a Store, [Breaker.State]
+// reads the state as this process last saw it, and Opened counts the
+// fleet's openings.
 //
-//   - Each decision (to let a call through, to learn how it went) loads
-//     the state, decides on it, and writes it back by compare-and-swap,
-//     deciding again when another process wrote first. A decision that
-//     changes nothing writes nothing. So a request through a closed
-//     breaker costs four store calls; one that waits also loads the
-//     state each time another process changes it.
-//   - The line of waiting calls is the fleet's: each call waiting in any
-//     process stands in it, by when its Do began.
-//   - The half-open probe, each request let through, and each place in
-//     the line are leases of ProbeLease: a process that dies while it
-//     probes, sends or waits holds the others up no longer than that.
-//   - Waiting calls wake when the store says another process changed the
-//     state ([BreakerStore] Watch), or, when it cannot say, on a poll
-//     every half second.
-//   - A store that fails, or takes longer than StoreTimeout for one
-//     decision, fails no call: the Breaker decides from the state it last
-//     held, counts it in [BreakerState] StoreErrors and shows
-//     StoreUnavailable until a store call succeeds again; every decision
-//     asks the store afresh. What was decided locally meanwhile is not
-//     shared: once the store answers, its state wins.
-//
-// With a Store, [Breaker.State] reads the state as this process last
-// loaded it, and Opened counts the fleet's openings.
-//
-// Failures, Cooldown and NoPacing are read without the lock (as are Store, Key, StoreTimeout and ProbeLease): set them
-// before the breaker's first use and do not change them after.
+// Failures, Cooldown, NoPacing, Store, Key, StoreTimeout and ProbeLease
+// are read without the lock: set them before the breaker's first use and
+// do not change them after.
 type Breaker struct {
 	Failures int           // consecutive failures of a retryable Kind, across calls, that open it; 0 means 5
 	Cooldown time.Duration // how long it stays open before one probe may go through; 0 means 30s
@@ -155,59 +138,13 @@ type Breaker struct {
 	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store when its process never says; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
-	fails   int              // consecutive retryable failures
-	until   time.Time        // open until then; zero when closed
-	kind    Kind             // the Kind of the failure that opened it
-	hinted  bool             // a retry-after hint set until: the provider said when it would be back
-	probing bool             // a probe is in flight
-	waiters []*breakerWaiter // calls waiting to send, the earliest-begun first
-	changed chan struct{}    // closed when the state changes; nil until a call waits on it
-	seq     uint64           // orders waiters whose calls began at the same time
-	opened  int              // times it has opened, for BreakerState.Opened
-
-	// Pacing: the freshest rate-limit report, and the requests let
-	// through around and after its send.
-	report    limitReport
-	hasReport bool
-	reportSeq uint64      // the admission of the report's own request, which S leaves out; 0 when not known
-	admits    []admission // the admissions a report, present or to come, may count from, in order
-	dropped   int         // admissions dropped from admits that S still counts
-	droppedAt time.Time   // when the last of them came back; zero while one was in flight when dropped
-	inFlight  int         // admitted requests whose outcome has not been observed
-	admitSeq  uint64      // numbers the admissions
-	tokenUse  int64       // tokens a request uses, as the reports' drop says; 0 until known
-
-	// With a Store (store.go): the probe's lease, and how the store
-	// serves this Breaker.
-	probeOwner string    // who holds the probe: this Breaker's id and the probe's admission
-	probeUntil time.Time // when the probe's lease runs out; zero without a Store: it never does
-	id         string    // this Breaker's name in ProbeOwner, random; empty until first needed
-	version    int64     // the newest store version this Breaker has loaded
-	local      bool      // deciding from local state, the store having failed: tickets are marked local
-	storeErrs  int64
-	storeErr   error
-	storeDown  bool
-	watchStop  func()         // stops the goroutine that wakes the waiters on a change in Store; nil when none runs
-	line       []SharedWaiter // with a Store, the fleet's line as last loaded
-	seen       chan struct{}  // while deciding on a loaded state: the change channel as of the load (see notifier)
-	lineUnsure bool           // a write failed since the last load: line may lack calls that still stand in the store's
-	gone       []string       // the fleet-line names of calls that left, until a decision has taken them out of the store's line
+	health  health
+	pacing  pacing
+	line    line
+	timer   *time.Timer // wakes the line at timerAt; nil until first needed
+	timerAt time.Time   // zero while the timer is stopped
+	fleet   *fleet      // with a Store: this process's view of the shared state; nil until first used
 }
-
-// admission is a request the breaker let through.
-type admission struct {
-	at   time.Time // when it was let through, no later than its send
-	seq  uint64
-	done bool      // its outcome was observed
-	back time.Time // when, with done
-
-	lease time.Time // with a Store, while not done: when it is taken as back if its process never says; zero: never
-}
-
-// maxAdmits bounds the admissions a breaker keeps. They pile up only
-// when a backend that once reported stops doing so; the count beyond
-// the bound is kept as a number, which can only overstate S.
-const maxAdmits = 4096
 
 // BreakerState is a reading of a [Breaker], for dashboards.
 type BreakerState struct {
@@ -237,12 +174,16 @@ type BreakerState struct {
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := BreakerState{Failures: b.fails, Opened: b.opened, StoreErrors: b.storeErrs, StoreUnavailable: b.storeDown, StoreErr: b.storeErr}
-	if !b.until.IsZero() {
-		st.Open, st.Until, st.Probing, st.Kind = true, b.until, b.probing, b.kind
+	h := &b.health
+	st := BreakerState{Failures: h.fails, Opened: h.opened}
+	if !h.until.IsZero() {
+		st.Open, st.Until, st.Probing, st.Kind = true, h.until, h.probing, h.kind
 	}
-	if b.hasReport && b.report.requests.known {
-		st.Reported, st.Remaining, st.NextAdmission, st.LetThrough = b.report.sent, b.report.requests.remaining, b.nextAdmission(), b.sentSince()
+	if p := &b.pacing; p.has && p.report.requests.known {
+		st.Reported, st.Remaining, st.NextAdmission, st.LetThrough = p.report.sent, p.report.requests.remaining, p.nextAdmission(), int(p.sentSince())
+	}
+	if f := b.fleet; f != nil {
+		st.StoreErrors, st.StoreUnavailable, st.StoreErr = f.errs, f.down, f.err
 	}
 	return st
 }
@@ -255,519 +196,348 @@ func (b *Breaker) openPast(t time.Time) bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.until.After(t)
-}
-
-// breakerWaiter is a call in a breaker's line.
-type breakerWaiter struct {
-	start time.Time // when the call's Do began: the line's order
-	ready time.Time // when the call comes to the breaker; until then it holds no one up
-	turn  time.Time // when a closing breaker let it go: it sends no earlier
-	seq   uint64
+	return b.health.until.After(t)
 }
 
 // verdict is a breaker's answer to a call that wants to send.
 type verdict struct {
-	pass    bool            // send now
-	held    bool            // closed, but the call's turn comes at until: wait for it
-	probe   bool            // as the half-open probe: report how it went
-	until   time.Time       // when it half-opens; zero while someone else probes
-	kind    Kind            // what opened it
-	hinted  bool            // a retry-after hint set its open period
-	changed <-chan struct{} // closed when the state changes
-	paced   bool            // closed by pacing, not open: the call skips with Why paced
-	ticket  uint64          // with pass: the admission, to hand back to observe
+	pass   bool      // send now, with ticket t
+	t      ticket    // with pass: the admission, to hand back to observe
+	turn   bool      // in line behind calls the breaker is letting go: wait for the turn, whatever bounds the call
+	until  time.Time // when it half-opens, or when the provider admits the next request; zero when not known
+	kind   Kind      // what opened it
+	hinted bool      // a retry-after hint set its open period, or pacing holds the call: the provider said when
+	paced  bool      // closed by pacing, not open: the call skips with Why paced
 }
 
-// admit answers a call that wants to send at now; w is the call's place
-// among the waiters, nil when it is not waiting.
-func (b *Breaker) admit(now time.Time, w *breakerWaiter) verdict {
-	if b.Store != nil {
-		return decideShared(b, now, func() verdict { return b.decideAdmit(now, w) })
+// rules applies the Breaker's rules to a call that wants to send at now
+// with k calls ahead of it in line; it leaves the state as it is. b.mu is
+// held.
+func (b *Breaker) rules(now time.Time, k int) verdict {
+	h := &b.health
+	switch {
+	case h.until.IsZero():
+		if !b.NoPacing {
+			if held, until := b.pacing.hold(now, int64(k)); held {
+				return verdict{paced: true, kind: KindTransient, hinted: true, until: until}
+			}
+		}
+		return verdict{pass: true}
+	case now.Before(h.until):
+		return verdict{until: h.until, kind: h.kind, hinted: h.hinted}
+	case h.probing || k > 0:
+		// Half-open, and the probe is someone else's: the waiting call
+		// that began first goes before anyone who just arrived.
+		return verdict{kind: h.kind, hinted: h.hinted}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.decideAdmit(now, w)
+	return verdict{pass: true, t: ticket{probe: true}}
 }
 
-// decideAdmit is admit's decision, on the state b holds; b.mu is held.
-// With a Store, a waiting call stands in the fleet's line until it is let
-// through.
-func (b *Breaker) decideAdmit(now time.Time, w *breakerWaiter) verdict {
-	fleet := b.fleetLine() && w != nil
-	if fleet {
-		b.enlist(w, now)
-	}
-	v := b.decideTurn(now, w)
-	if fleet && v.pass {
-		b.delist(w)
+// letThrough counts a request let through at now by verdict v, and
+// returns v with its ticket. b.mu is held.
+func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
+	probe := v.t.probe
+	v.t = b.pacing.admit(now, !b.NoPacing)
+	v.t.probe = probe
+	if probe {
+		b.health.probing = true
 	}
 	return v
 }
 
-// isFirst reports whether w, nil for a call not in line, is the first in
-// line at now: the local line's, or with a Store the fleet's.
-func (b *Breaker) isFirst(now time.Time, w *breakerWaiter) bool {
-	if b.fleetLine() {
-		return b.fleetFirst(now, w)
+// admit answers a call that wants to send at now; w is its place in line,
+// kept from the wait before a retry, or nil. A call let through takes its
+// place out of line; one held back keeps it, for wait or leave.
+func (b *Breaker) admit(now time.Time, w *waiter) verdict {
+	if b.Store != nil {
+		return b.fleetAdmit(now, w)
 	}
-	return b.first(now) == w
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dispatch(now)
+	return b.answer(now, w)
 }
 
-// decideTurn is decideAdmit's rules; b.mu is held.
-func (b *Breaker) decideTurn(now time.Time, w *breakerWaiter) verdict {
+// answer is admit's verdict once the line has had its turn; b.mu is held.
+func (b *Breaker) answer(now time.Time, w *waiter) verdict {
+	if w != nil && w.granted {
+		w.granted = false
+		return verdict{pass: true, t: w.t}
+	}
+	first := b.line.first()
+	var v verdict
 	switch {
-	case b.until.IsZero() && w != nil && w.turn.After(now):
-		return verdict{held: true, until: w.turn, changed: b.notifier()}
-	case b.until.IsZero():
-		if v, ok := b.pace(now, w); !ok {
+	case w == nil || w.gone:
+		// Not in line: after every call in it.
+		v = b.rules(now, b.line.waiting())
+	case first == w:
+		if v = b.rules(now, 0); v.pass && now.Before(b.line.gate) {
+			return verdict{turn: true, until: b.line.gate}
+		}
+	default:
+		// Behind calls of the line: held back as the first is, and
+		// otherwise by the calls ahead of it; when they leave it room, its
+		// turn comes after theirs.
+		if v = b.rules(now, 0); !v.pass {
 			return v
 		}
-		return b.pass(now, false)
-	case now.Before(b.until):
-		return verdict{until: b.until, kind: b.kind, hinted: b.hinted, changed: b.notifier()}
-	case b.probing || !b.isFirst(now, w):
-		// Half-open, but the probe is someone else's: the waiting call
-		// that began first goes before anyone who just arrived.
-		return verdict{kind: b.kind, hinted: b.hinted, changed: b.notifier()}
+		limit := int(min(max(b.pacing.room(now), 0), int64(b.line.waiting())))
+		if b.NoPacing {
+			limit = 0
+		}
+		if v = b.rules(now, b.line.queue.countBefore(w, limit)); v.pass {
+			return verdict{turn: true, until: b.line.gate}
+		}
 	}
-	b.probing = true
-	v := b.pass(now, true)
-	if b.Store != nil {
-		b.probeOwner, b.probeUntil = b.probeName(v.ticket), now.Add(b.lease())
+	if v.pass {
+		if w != nil {
+			b.line.take(w)
+		}
+		return b.letThrough(now, v)
 	}
 	return v
 }
 
-// pass lets a request through at now, and counts it.
-func (b *Breaker) pass(now time.Time, probe bool) verdict {
-	b.admitSeq++
-	a := admission{at: now, seq: b.admitSeq}
-	if b.local {
-		// Let through while the store failed: a number the fleet did not
-		// give, marked so that it never settles another's admission.
-		a.seq |= localTicket
-	}
+// wait puts the call in line as a waiting one, until end at most: w is
+// the place admit answered for (nil: a new place for a call begun at
+// start), and v what holds it back. The returned waiter's done channel is
+// closed when the call is let through ([Breaker.claim]) or dismissed
+// (its turn cannot come by end, or, for a call waiting only for its
+// turn, the breaker stopped letting the line go).
+func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
 	if b.Store != nil {
-		a.lease = now.Add(b.lease())
+		return b.fleetWait(now, w, start, end, v)
 	}
-	b.admits = append(b.admits, a)
-	b.inFlight++
-	return verdict{pass: true, probe: probe, ticket: a.seq}
-}
-
-// pace applies the pacing rules to a call that wants to send at now
-// through the closed breaker; w is its place in the line, nil when it is
-// not in it. It reports true when the call may go, and otherwise the
-// verdict that holds it back.
-func (b *Breaker) pace(now time.Time, w *breakerWaiter) (verdict, bool) {
-	if b.NoPacing || !b.hasReport {
-		return verdict{}, true
-	}
-	k := int64(b.ahead(now, w))
-	s := int64(b.sentSince())
-	var (
-		held  bool      // a bucket holds too little for this call
-		come  = true    // the next admission of every bucket that holds the call back has come
-		until time.Time // the latest next admission of the buckets that hold the call back
-	)
-	// Each bucket says how many more requests it takes (n, one more once
-	// t has come) and when it takes the next one beyond them (t).
-	check := func(n int64, t time.Time) {
-		if n <= k {
-			held = true
-			if now.Before(t) {
-				come = false
-				until = later(until, t)
-			}
-		}
-	}
-	if r := b.report.requests; r.known {
-		t := b.nextAdmission()
-		n := r.remaining - s
-		if !now.Before(t) {
-			n++
-		}
-		if m, ok := b.windowRoom(now); ok {
-			n = max(n, m)
-		}
-		check(n, t)
-	}
-	if tk := b.report.tokens; tk.known && b.tokenUse > 0 {
-		n, t := tokensFor(tk, b.report.read, s, b.tokenUse)
-		if !now.Before(t) {
-			n++
-		}
-		check(n, t)
-	}
-	if !held || (come && k == 0 && b.inFlight == 0) {
-		return verdict{}, true
-	}
-	return verdict{paced: true, kind: KindTransient, hinted: true, until: until, changed: b.notifier()}, false
-}
-
-// tokensFor is what a tokens bucket, read at read as tk, takes once s
-// more requests of use tokens each have been sent: how many more
-// requests, and when it holds enough for the next one beyond them, as it
-// refills steadily to full at its reset (as T is read for the requests
-// bucket, for use tokens instead of one). Without a limit it is full again only
-// at the reset.
-func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
-	left := tk.remaining - s*use
-	n := left / use
-	if left < 0 {
-		n = (left - use + 1) / use // rounded down, as for a positive left
-	}
-	need := (n+1)*use - left // tokens missing for the next request
-	missing := tk.limit - tk.remaining
-	if tk.limit <= 0 || missing <= 0 || need >= missing {
-		return n, read.Add(tk.reset)
-	}
-	// Rounded up, never early; a float, as reset × need can overflow.
-	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
-}
-
-// windowRoom is a second reading of how many more requests the requests
-// bucket takes at now, for a report that has grown old: a bucket of limit
-// L that refills from empty in W has, whatever it held before, at least
-// L less the requests taken in the last W. It reports false when the
-// bucket's pace is not known, or when that window reaches back before
-// the report's request was sent (the requests before it are not all
-// counted). Without it a report would hold the backend to one request at
-// a time for good once S passed R, even a report long stale, such as a
-// 429's from a Call that reports only its failures.
-func (b *Breaker) windowRoom(now time.Time) (int64, bool) {
-	r := b.report.requests
-	missing := r.limit - r.remaining
-	if r.limit <= 0 || r.reset <= 0 || missing <= 0 {
-		return 0, false
-	}
-	// The reset is the time to refill the missing requests; from empty,
-	// the whole limit. Rounded up, and a float, as reset × limit can
-	// overflow.
-	w := math.Ceil(float64(r.reset) * float64(r.limit) / float64(missing))
-	if w > float64(maxOpen) {
-		return 0, false
-	}
-	start := now.Add(-time.Duration(w))
-	if start.Before(b.report.sent) {
-		return 0, false
-	}
-	n := int64(0)
-	if !b.droppedAt.IsZero() && b.droppedAt.After(start) {
-		n += int64(b.dropped) // folded into a count: some may be in the window
-	}
-	for _, a := range b.admits {
-		if a.at.After(start) {
-			n++
-		}
-	}
-	return r.limit - n, true
-}
-
-// nextAdmission is T: when the freshest report says the provider admits
-// the next request. A report without a reset or Retry-After does not
-// say; T is then taken as come when the report was read, so that one
-// request beyond R may go and bring a report that does say.
-func (b *Breaker) nextAdmission() time.Time {
-	if t := b.report.requests.next; !t.IsZero() {
-		return t
-	}
-	return b.report.read
-}
-
-// sentSince is S: the requests let through since the freshest report's
-// request was sent, that request itself left out. Any other still in
-// flight at that send counts too, even one let through before it: which
-// of them reached the provider first is not known (a goroutine can be
-// slow to send what it was let through for), and counting it is the safe
-// side. Only a request whose answer came back before the send surely
-// reached the provider before it.
-func (b *Breaker) sentSince() int {
-	n := b.dropped
-	for _, a := range b.admits {
-		if b.counts(a) {
-			n++
-		}
-	}
-	return n
-}
-
-// counts reports whether S counts admission a.
-func (b *Breaker) counts(a admission) bool {
-	return a.seq != b.reportSeq && !(a.done && a.back.Before(b.report.sent))
-}
-
-// ahead is the number of calls in line before w that have come to the
-// breaker at now: all of those in line when w is not in it.
-func (b *Breaker) ahead(now time.Time, w *breakerWaiter) int {
-	if b.fleetLine() {
-		return b.fleetAhead(now, w)
-	}
-	k := 0
-	for _, x := range b.waiters {
-		if x == w {
-			break
-		}
-		if !x.ready.After(now) {
-			k++
-		}
-	}
-	return k
-}
-
-// settle records that the request of admission ticket came back at now,
-// with rep its rate-limit report, if it made one (hasRep).
-func (b *Breaker) settle(now time.Time, ticket uint64, rep limitReport, hasRep bool) {
-	for i := range b.admits {
-		if a := &b.admits[i]; a.seq == ticket && !a.done {
-			a.done, a.back = true, now
-			b.inFlight--
-			break
-		}
-	}
-	if hasRep && (!b.hasReport || fresher(rep, b.report)) {
-		if b.hasReport {
-			b.learnTokenUse(rep, ticket)
-		}
-		b.report, b.hasReport, b.reportSeq = rep, true, ticket
-		if !b.droppedAt.IsZero() && b.droppedAt.Before(rep.sent) {
-			b.dropped = 0 // every dropped admission came back before this send
-		}
-	}
-	b.prune()
-}
-
-// learnTokenUse reads, from the tokens the provider's bucket lost
-// between the freshest report and rep, its successor (the report of
-// admission ticket), what a request of this backend uses: the drop over
-// the requests let through between the two. The bucket refills
-// meanwhile, so the drop can only understate the use; a drop that is
-// not positive says nothing, and the last use learned stays.
-func (b *Breaker) learnTokenUse(rep limitReport, ticket uint64) {
-	old := b.report.tokens
-	if !old.known || !rep.tokens.known {
-		return
-	}
-	n := int64(0)
-	for _, a := range b.admits {
-		if a.seq > b.reportSeq && a.seq <= ticket {
-			n++
-		}
-	}
-	if drop := old.remaining - rep.tokens.remaining; n > 0 && drop > 0 {
-		b.tokenUse = (drop + n - 1) / n
-	}
-}
-
-// prune forgets the admissions no report can count: those that came
-// back before the freshest report's send, and before every request still
-// in flight was let through (a report to come is one of theirs, sent
-// after that).
-func (b *Breaker) prune() {
-	inFlightSince := time.Time{} // when the earliest request still in flight was let through; zero when none is
-	for _, a := range b.admits {
-		if !a.done {
-			inFlightSince = a.at
-			break
-		}
-	}
-	b.admits = slices.DeleteFunc(b.admits, func(a admission) bool {
-		return a.done && (inFlightSince.IsZero() || a.back.Before(inFlightSince)) && !(b.hasReport && b.counts(a))
-	})
-	if len(b.admits) > maxAdmits {
-		// Fold the older half of those that came back into a count; a
-		// request still in flight stays, to be settled (there are no
-		// more of them than calls in flight).
-		half := len(b.admits) / 2
-		kept := make([]admission, 0, len(b.admits)-half)
-		for i, a := range b.admits {
-			if i < half && a.done {
-				b.dropped++
-				b.droppedAt = later(b.droppedAt, a.back)
-				continue
-			}
-			kept = append(kept, a)
-		}
-		b.admits = kept
-	}
-}
-
-// first is the waiter whose turn it is at now: the earliest-begun of those
-// that have come to the breaker; nil when none has.
-func (b *Breaker) first(now time.Time) *breakerWaiter {
-	for _, w := range b.waiters {
-		if !w.ready.After(now) {
-			return w
-		}
-	}
-	return nil
-}
-
-// join puts a call, begun at start, in the line, to come to the breaker
-// at ready.
-func (b *Breaker) join(start, ready time.Time) *breakerWaiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.seq++
-	w := &breakerWaiter{start: start, ready: ready, seq: b.seq}
-	i, _ := slices.BinarySearchFunc(b.waiters, w, func(x, y *breakerWaiter) int {
-		if c := x.start.Compare(y.start); c != 0 {
-			return c
-		}
-		return cmp.Compare(x.seq, y.seq)
-	})
-	b.waiters = slices.Insert(b.waiters, i, w)
-	if b.Store != nil && b.watchStop == nil {
-		b.watchStop = b.startWatch()
+	w = b.enqueue(now, w, start, end, v)
+	b.dispatch(now)
+	return w
+}
+
+// enqueue is wait's change to the line; b.mu is held.
+func (b *Breaker) enqueue(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+	if w == nil || w.gone {
+		w = b.line.join(start, now)
+		b.line.advance(now)
+	}
+	w.end, w.v, w.done, w.over = end, v, make(chan struct{}), false
+	w.onTurn = v.turn
+	if v.turn {
+		b.line.turns++
+	} else {
+		b.line.ends.push(w)
 	}
 	return w
 }
 
-// leave takes a call out of the waiters, and lets the next one try.
-func (b *Breaker) leave(w *breakerWaiter) {
+// claim takes the admission of a waiting call that was let through, and
+// reports false when it was dismissed instead, with what held it back.
+func (b *Breaker) claim(w *waiter) (verdict, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.granted {
+		w.granted = false
+		return verdict{pass: true, t: w.t}, true
+	}
+	return w.v, false
+}
+
+// expire ends the wait of w at now, the end of its bound: it is let
+// through if its turn came at this very instant, and otherwise leaves the
+// line, with what held it back.
+func (b *Breaker) expire(now time.Time, w *waiter) (verdict, bool) {
+	if b.Store != nil {
+		return b.fleetExpire(now, w)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dispatch(now)
+	if w.granted {
+		w.granted = false
+		return verdict{pass: true, t: w.t}, true
+	}
+	b.remove(w)
+	b.dispatch(now)
+	return w.v, false
+}
+
+// leave takes w out of line: its call gave up, or went elsewhere. An
+// admission it was given and did not claim goes back, as a request that
+// said nothing about the backend. A nil w is no call.
+func (b *Breaker) leave(w *waiter) {
 	if w == nil {
 		return
 	}
-	if b.Store != nil && b.inFleetLine(w) {
-		// It gave up waiting: out of the fleet's line too, or it holds
-		// the others up until its place there runs out. Should this
-		// decision not reach the store, the next one that does takes
-		// it out (see gone).
-		b.mu.Lock()
-		b.gone = append(b.gone, b.waiterName(w))
-		b.mu.Unlock()
-		decideShared(b, time.Now(), func() struct{} { return struct{}{} })
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i := slices.Index(b.waiters, w); i >= 0 {
-		b.waiters = slices.Delete(b.waiters, i, i+1)
-		b.wake()
-	}
-	if len(b.waiters) == 0 && b.watchStop != nil {
-		b.watchStop()
-		b.watchStop = nil
-	}
-}
-
-// observe records how an attempt that the breaker admitted went: ok for a
-// success, else its Kind and retry-after hint (KindCancelled when nothing
-// was learned about the backend). probe says whether it was the half-open
-// probe; maxWait caps how long a hint may hold it open (a non-positive
-// maxWait, none). ticket is the admission the verdict gave, and rep the
-// attempt's rate-limit report, if it made one (hasRep).
-func (b *Breaker) observe(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
-	decide := func() struct{} {
-		b.decideObserve(now, ok, kind, hint, probe, maxWait, ticket, rep, hasRep)
-		return struct{}{}
-	}
 	if b.Store != nil {
-		decideShared(b, now, decide)
+		b.fleetLeave(w)
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	decide()
+	now := time.Now()
+	if w.granted {
+		w.granted = false
+		b.settle(now, w.t, outcome{kind: KindCancelled})
+	}
+	b.remove(w)
+	b.dispatch(now)
 }
 
-// decideObserve is observe's decision, on the state b holds; b.mu is
-// held.
-func (b *Breaker) decideObserve(now time.Time, ok bool, kind Kind, hint time.Duration, probe bool, maxWait time.Duration, ticket uint64, rep limitReport, hasRep bool) {
-	if mw := maxWait; hasRep && mw > 0 && !rep.retryAt.IsZero() && rep.requests.next.After(now.Add(mw)) && !rep.retryAt.Before(rep.requests.next) {
-		// A retry-after past MaxWait is a broken server's, as for the
-		// open period: it must not hold the backend back longer.
-		rep.requests.next = now.Add(mw)
+// remove takes w out of line; b.mu is held.
+func (b *Breaker) remove(w *waiter) {
+	if w.gone {
+		return
 	}
-	b.settle(now, ticket, rep, hasRep)
-	if probe && (b.Store == nil || b.probeOwner == b.probeName(ticket)) {
-		// With a Store, the probe is this one's only while its lease
-		// holds: once it ran out another may probe, and this late
-		// outcome must not end that one's.
-		b.probing, b.probeOwner, b.probeUntil = false, "", time.Time{}
+	if w.onTurn {
+		b.line.turns--
+		w.onTurn = false
 	}
-	defer b.wake()
-	switch {
-	case ok:
-		b.answered(now)
-	case kind == KindCancelled:
-		// The caller withdrew, or its own deadline ended the attempt:
-		// nothing was learned about the backend. A probe's turn passes to
-		// the next call.
-	case aboutHealth(kind) && hint > 0:
-		b.fails++
-		if maxWait > 0 {
-			hint = min(hint, maxWait)
-		}
-		b.open(now, hint, kind, true)
-	case aboutHealth(kind):
-		b.fails++
-		if probe || b.fails >= cmp.Or(b.Failures, DefaultBreakerFailures) {
-			b.open(now, cmp.Or(b.Cooldown, DefaultCooldown), kind, false)
-		}
-	case probe:
-		// The backend answered, if not with what was asked: it is up.
-		b.answered(now)
+	b.line.take(w)
+}
+
+// join puts a call begun at start in the line, to come to the breaker at
+// ready, the end of the wait before its retry: a call coming back after
+// a retry-after goes before those that began later.
+func (b *Breaker) join(start, ready time.Time) *waiter {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.line.join(start, ready)
+}
+
+// observe records how an attempt the breaker let through with ticket t
+// went, o, at now; maxWait is the backend's Policy MaxWait, which caps
+// what o asks the backend to wait (non-positive: no cap).
+func (b *Breaker) observe(now time.Time, t ticket, o outcome, maxWait time.Duration) {
+	o.capWaits(now, maxWait)
+	if b.Store != nil {
+		b.fleetObserve(now, t, o)
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.settle(now, t, o)
+	b.dispatch(now)
+}
+
+// settle learns outcome o of ticket t; b.mu is held.
+func (b *Breaker) settle(now time.Time, t ticket, o outcome) {
+	b.pacing.settle(now, t, o.rep, o.hasRep)
+	if b.health.observe(now, t.probe, o, cmp.Or(b.Failures, DefaultBreakerFailures), cmp.Or(b.Cooldown, DefaultCooldown)) {
+		b.line.gate = now // a closing breaker lets its line go from now
 	}
 }
 
-// answered records that the backend answered at now: it is up, and the
-// breaker closes. The calls waiting for it get their turns, in line
-// order, handOff apart.
-func (b *Breaker) answered(now time.Time) {
-	if !b.until.IsZero() {
-		turn := now
-		for _, w := range b.waiters {
-			if !w.ready.After(now) {
-				w.turn = turn
-				turn = turn.Add(handOff)
+// dispatch gives the line its turn at now: the first call goes when the
+// rules let it, no sooner than a handOff after the last one let go; calls
+// whose bound ends before the breaker could let them through are
+// dismissed; and the timer is set for the next time that can change
+// anything. b.mu is held.
+func (b *Breaker) dispatch(now time.Time) {
+	b.line.advance(now)
+	if w := b.line.first(); w != nil && !now.Before(b.line.gate) {
+		v := b.rules(now, 0)
+		if v.pass {
+			b.line.take(w)
+			if w.onTurn {
+				b.line.turns--
+				w.onTurn = false
+			}
+			v = b.letThrough(now, v)
+			w.granted, w.t = true, v.t
+			if b.line.waiting() > 0 {
+				// The next in line goes no sooner than a handOff later.
+				b.line.gate = now.Add(handOff)
+			}
+			if w.done != nil {
+				close(w.done)
+			}
+		} else {
+			b.dismiss(v)
+		}
+	}
+	b.schedule(now)
+}
+
+// dismiss tells the calls that cannot be let through in time, v being
+// what holds the first, that their wait is over: those whose bound ends
+// before v's until, and those waiting only for their turn, which must
+// decide again now that the breaker holds the line. b.mu is held.
+func (b *Breaker) dismiss(v verdict) {
+	for w := b.line.ends.min(); w != nil && !v.until.IsZero() && v.until.After(w.end); w = b.line.ends.min() {
+		w.v = v
+		b.over(w)
+	}
+	if b.line.turns > 0 {
+		// Rare: calls came back to a line the breaker was letting go,
+		// and it stopped. Each is found once.
+		for _, w := range append([]*waiter(nil), b.line.queue.ws...) {
+			if w.onTurn {
+				w.v = v
+				b.over(w)
 			}
 		}
 	}
-	b.fails, b.until, b.hinted = 0, time.Time{}, false
 }
 
-// handOff is the time between the turns of the calls that a closing
-// breaker lets go: enough to put them in order, too little to matter next
-// to a model's answer.
-const handOff = time.Millisecond
-
-// open keeps the breaker open for at least d from now; hinted says that d
-// is a retry-after hint.
-func (b *Breaker) open(now time.Time, d time.Duration, kind Kind, hinted bool) {
-	until := now.Add(min(d, maxOpen))
-	if !now.Before(b.until) {
-		// Closed (a zero until) or half-open: this opens it.
-		b.opened++
-	}
-	if until.After(b.until) {
-		b.until, b.kind, b.hinted = until, kind, hinted
+// over takes w out of line, dismissed; b.mu is held.
+func (b *Breaker) over(w *waiter) {
+	b.remove(w)
+	w.over = true
+	if w.done != nil {
+		close(w.done)
 	}
 }
 
-// maxOpen bounds how long anything holds a breaker open, so that adding it
-// to a time cannot overflow.
-const maxOpen = 100 * 365 * 24 * time.Hour
-
-// notifier returns the channel that the next change of state closes.
-// While b decides on a state loaded from its Store, that is the channel
-// of when the load began, closed already if the state changed since: a
-// verdict on a state that is stale by then must not wait for a change
-// that has come.
-func (b *Breaker) notifier() chan struct{} {
-	if b.seen != nil {
-		return b.seen
+// schedule sets the timer for the next time the first call's lot can
+// change with nothing else happening; b.mu is held.
+func (b *Breaker) schedule(now time.Time) {
+	var next time.Time
+	if b.line.first() != nil {
+		h := &b.health
+		switch {
+		case now.Before(b.line.gate):
+			next = b.line.gate
+		case now.Before(h.until):
+			next = h.until
+		case !h.until.IsZero():
+			// Half-open with a probe in flight: its outcome wakes the line.
+			next = b.probeExpiry()
+		case !b.NoPacing:
+			next = b.pacing.nextChange(now)
+		}
 	}
-	if b.changed == nil {
-		b.changed = make(chan struct{})
-	}
-	return b.changed
+	b.setTimer(now, next)
 }
 
-// wake tells every call waiting on the breaker that its state changed.
-func (b *Breaker) wake() {
-	if b.changed != nil {
-		close(b.changed)
-		b.changed = nil
+// setTimer makes the timer fire at next, or stops it when next is zero;
+// b.mu is held.
+func (b *Breaker) setTimer(now, next time.Time) {
+	if next.Equal(b.timerAt) {
+		return
 	}
+	b.timerAt = next
+	if next.IsZero() {
+		if b.timer != nil {
+			b.timer.Stop()
+		}
+		return
+	}
+	if b.timer == nil {
+		b.timer = time.AfterFunc(next.Sub(now), b.tick)
+		return
+	}
+	b.timer.Reset(next.Sub(now))
+}
+
+// tick is the timer's: the line's turn at the time it was set for.
+func (b *Breaker) tick() {
+	if b.Store != nil {
+		b.fleetTick()
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.timerAt = time.Time{}
+	b.dispatch(time.Now())
 }

@@ -441,7 +441,7 @@ func (r *run[Req, Resp]) now() time.Time {
 // and breaker allow. It returns how the call left the backend, or, with
 // final, Do's result.
 func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp Resp, l left, err error, final bool) {
-	var line *breakerWaiter // the call's place in b's breaker's line, from a retry's wait to the next admission
+	var line *waiter // the call's place in b's breaker's line, from a retry's wait to the next admission
 	// A backend come back to goes on with its tries and its waits where
 	// it left them: len(Waits) bounds its retries in the call.
 	for try := sentTo(r.attempts, bi) + 1; ; try++ {
@@ -450,14 +450,14 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
-		probe, ticket, skip, ok := r.admit(b, bi, try, line)
+		t, skip, ok := r.admit(b, bi, try, line)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
 			// breaker: send nothing, and give the probe, if it was one, to
 			// the next call.
 			if b.Breaker != nil {
-				b.Breaker.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
+				b.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait(&b.Retry))
 			}
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
@@ -470,7 +470,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			}
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
-		resp, a, end := r.attempt(b, bi, try, req, probe, ticket)
+		resp, a, end := r.attempt(b, bi, try, req, t)
 		if a.Err == nil {
 			r.keep("")
 			r.notify(a)
@@ -508,9 +508,9 @@ type ended struct {
 }
 
 // attempt sends try number try to backend b and tells its breaker, if it
-// has one, how it went (probe says whether it was the half-open probe,
-// ticket which admission it was), even when the backend's Call panics.
-func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, probe bool, ticket uint64) (Resp, Attempt, ended) {
+// has one, how it went (t is the admission it gave), even when the
+// backend's Call panics.
+func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t ticket) (Resp, Attempt, ended) {
 	br := b.Breaker
 	if br == nil {
 		return r.send(b, bi, try, req)
@@ -520,20 +520,19 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, pr
 		if !finished {
 			// Nothing was learned, but a probe must not hold the breaker
 			// half-open for good.
-			br.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
+			br.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait(&b.Retry))
 		}
 	}()
 	resp, a, end := r.send(b, bi, try, req)
 	finished = true
-	switch {
-	case end.ctxErr != nil:
+	o := outcome{ok: a.Err == nil, kind: a.Kind, hint: a.RetryAfter, rep: end.limits, hasRep: end.hasLimits}
+	if end.ctxErr != nil {
 		// The caller's own cancel or deadline ended it: that says
 		// nothing about the backend's health, though its rate-limit
 		// report, if it made one, is as good as any.
-		br.observe(end.at, false, KindCancelled, 0, probe, 0, ticket, end.limits, end.hasLimits)
-	default:
-		br.observe(end.at, a.Err == nil, a.Kind, a.RetryAfter, probe, maxWait(&b.Retry), ticket, end.limits, end.hasLimits)
+		o.ok, o.kind, o.hint = false, KindCancelled, 0
 	}
+	br.observe(end.at, t, o, maxWait(&b.Retry))
 	return resp, a, end
 }
 
@@ -609,100 +608,134 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 }
 
 // admit asks backend b's breaker whether try number try may be sent, and
-// reports whether the attempt is the breaker's half-open probe. While the
-// breaker is open it records a skipped attempt and reports false: the call
-// fails over, or, when b is the last backend it can try, waits for the
-// breaker within the bound that [Backend.Breaker] states, and stops when
-// that is not enough. A wait that ends in the request being sent is
-// recorded, when it ends, as a skip whose Next is retry and RetryIn the
-// time waited.
-func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *breakerWaiter) (probe bool, ticket uint64, skip Attempt, ok bool) {
+// returns the admission it gave. While the breaker is closed to the call
+// it records a skipped attempt and reports false: the call fails over,
+// or, when b is the last backend it can try, waits for the breaker within
+// the bound that [Backend.Breaker] states, and stops when that is not
+// enough. A wait that ends in the request being sent is recorded, when it
+// ends, as a skip whose Next is retry and RetryIn the time waited. line
+// is the call's place in the breaker's line, kept over the wait before
+// this retry; nil when none.
+func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter) (t ticket, skip Attempt, ok bool) {
 	br := b.Breaker
 	if br == nil {
-		return false, 0, skip, true
+		return t, skip, true
 	}
-	w := line // the call's place in the line, kept over the wait before this retry; nil when none
-	defer func() { br.leave(w) }()
+	now := r.now()
+	v := br.admit(now, line)
+	if v.pass {
+		return v.t, skip, true
+	}
 	var (
-		began    time.Time // when the call began to wait; zero until it does
-		limit    time.Time // the longest it may wait for any breaker
-		waitsEnd time.Time // the longest it may wait for one no hint opened
-		bounded  bool      // waitsEnd bounds the wait
-		held     verdict   // the last verdict that held the call back
+		began time.Time // when the call began to wait for the breaker; zero while it only waits for its turn
+		end   time.Time // the longest it may wait
+		held  = v       // what holds it back: its record's reason
 	)
 	for {
-		now := r.now()
-		v := br.admit(now, w)
-		if v.pass {
+		if !v.turn {
+			var ok bool
+			if began, end, skip, ok = r.bound(b, bi, try, now, v); !ok {
+				br.leave(line)
+				return t, skip, false
+			}
+			held = v
+		} else {
+			end = now.Add(maxOpen) // its turn comes a handOff after the call ahead of it
+		}
+		w := br.wait(now, line, r.start, end, v)
+		line = w
+		timer := time.NewTimer(end.Sub(now))
+		var (
+			got  verdict
+			sent bool
+		)
+		select {
+		case <-w.done:
+			got, sent = br.claim(w)
+		case <-timer.C:
+			got, sent = br.expire(time.Now(), w)
+		case <-r.ctx.Done():
+			if time.Now().Before(end) {
+				timer.Stop()
+				br.leave(w)
+				return t, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
+			}
+			// At the bound itself the breaker decides, whichever timer
+			// fired first.
+			got, sent = br.expire(time.Now(), w)
+		}
+		timer.Stop()
+		now = r.now()
+		if sent {
 			if !began.IsZero() {
-				r.handLetThrough(br, v.probe, v.ticket, r.waited(b, bi, try, began, now, held))
+				r.handLetThrough(br, got.t, maxWait(&b.Retry), r.waited(b, bi, try, began, now, held))
 			}
-			return v.probe, v.ticket, skip, true
+			return got.t, skip, true
 		}
-		if v.held {
-			// Let go, at its turn in the breaker's line.
-			if !sleepUntil(r.ctx, v.until, v.changed) {
-				return false, 0, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
+		if !began.IsZero() {
+			// Waited for the breaker in vain.
+			if got.until.IsZero() {
+				got = held
 			}
-			continue
-		}
-		held = v
-		why := WhyBreaker
-		if v.paced {
-			why = WhyPaced
-		}
-		if last := r.plan.last(v.kind); !last || r.nested {
-			// Fail over; a nested chain never waits: its skip's
-			// RetryAfter becomes the enclosing attempt's hint.
-			return false, 0, r.skip(b, bi, try, began, now, v, giveUp(why, last), why), false
-		}
-		// The last backend the call can try: wait for it to half-open, or
-		// for a probe in flight to end, within the bound.
-		if began.IsZero() {
-			began, limit = now, r.waitLimit(&b.Retry, now)
-			// Counted from when the call first came to the backend:
-			// without a breaker it would have been retrying it since.
-			var d time.Duration
-			if d, bounded = r.waitsOf(&b.Retry); bounded {
-				waitsEnd = r.cameTo(bi, now).Add(d)
+			why := whyHeld(got)
+			if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
+				why = WhyDeadline
 			}
+			return t, r.skip(b, bi, try, began, now, got, NextStop, why), false
 		}
-		end := limit
-		if bounded && !v.hinted {
-			end = minTime(end, waitsEnd)
-		}
-		if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
-			return false, 0, r.skip(b, bi, try, began, now, v, NextStop, WhyDeadline), false
-		}
-		if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
-			return false, 0, r.skip(b, bi, try, began, now, v, NextStop, why), false
-		}
-		if w == nil {
-			w = br.join(r.start, now)
-			continue // now in line, it may be this call's turn
-		}
-		wake := end
-		if !v.until.IsZero() {
-			wake = v.until
-		}
-		if !sleepUntil(r.ctx, wake, v.changed) && time.Now().Before(end) {
-			// The caller's context ended the wait. (At the bound itself the
-			// breaker decides, whichever timer fired first.)
-			return false, 0, r.skip(b, bi, try, began, time.Now(), v, NextStop, whyCtx(r.ctx.Err())), false
-		}
+		// Its turn will not come now: decide again, as a call that has
+		// just come to the breaker.
+		v, line = got, nil
 	}
 }
 
+// bound is the wait of a call held back by verdict v at now: when it
+// began, and the latest it may end, by the rule on [Backend.Breaker].
+// When the call may not wait (b is not the last backend it can try, or
+// the breaker would not let it through in time) it returns the skip
+// that records it, and false.
+func (r *run[Req, Resp]) bound(b *Backend[Req, Resp], bi, try int, now time.Time, v verdict) (began, end time.Time, skip Attempt, ok bool) {
+	why := whyHeld(v)
+	if last := r.plan.last(v.kind); !last || r.nested {
+		// Fail over; a nested chain never waits: its skip's
+		// RetryAfter becomes the enclosing attempt's hint.
+		return began, end, r.skip(b, bi, try, time.Time{}, now, v, giveUp(why, last), why), false
+	}
+	// The last backend the call can try: wait for it, within the bound.
+	began, end = now, r.waitLimit(&b.Retry, now)
+	if d, bounded := r.waitsOf(&b.Retry); bounded && !v.hinted {
+		// Counted from when the call first came to the backend: without
+		// a breaker it would have been retrying it since.
+		end = minTime(end, r.cameTo(bi, now).Add(d))
+	}
+	if deadline, ok := r.ctx.Deadline(); ok && !now.Before(deadline) {
+		return began, end, r.skip(b, bi, try, time.Time{}, now, v, NextStop, WhyDeadline), false
+	}
+	if !now.Before(end) || (!v.until.IsZero() && (v.until.After(end) || !r.fits(&b.Retry, v.until.Sub(now), now))) {
+		return began, end, r.skip(b, bi, try, time.Time{}, now, v, NextStop, why), false
+	}
+	return began, end, skip, true
+}
+
+// whyHeld is the reason a record gives for a call the breaker held back
+// by verdict v.
+func whyHeld(v verdict) Why {
+	if v.paced {
+		return WhyPaced
+	}
+	return WhyBreaker
+}
+
 // handLetThrough hands over the record of a wait that ended with the call
-// let through (as the half-open probe when probe is set, with the pacing
-// ticket ticket). OnAttempt runs before the request is sent, and a panic
-// there must not leave the breaker half-open for good, with no probe in
-// flight to end it, nor count a request in flight that never went.
-func (r *run[Req, Resp]) handLetThrough(br *Breaker, probe bool, ticket uint64, a Attempt) {
+// let through with admission t. OnAttempt runs before the request is
+// sent, and a panic there must not leave the breaker half-open for good,
+// with no probe in flight to end it, nor count a request in flight that
+// never went.
+func (r *run[Req, Resp]) handLetThrough(br *Breaker, t ticket, maxWait time.Duration, a Attempt) {
 	handed := false
 	defer func() {
 		if !handed {
-			br.observe(time.Now(), false, KindCancelled, 0, probe, 0, ticket, limitReport{}, false)
+			br.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait)
 		}
 	}()
 	r.hand(a)
@@ -1000,12 +1033,12 @@ func (r *run[Req, Resp]) reserveOf(p *Policy) time.Duration {
 // wait, measured from the decision, ends (OnAttempt's time is part of
 // it), and returns the call's place in the breaker's line. It returns why
 // instead when the caller's context ended first.
-func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*breakerWaiter, Why) {
+func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*waiter, Why) {
 	if err := r.ctx.Err(); err != nil {
 		return nil, whyCtx(err)
 	}
 	ready := d.at.Add(d.wait)
-	var line *breakerWaiter
+	var line *waiter
 	if b.Breaker != nil {
 		// In the breaker's line from now, to come to it when the wait
 		// ends: a call coming back after a retry-after goes before those

@@ -53,22 +53,24 @@ func TestPaceAdmits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Breaker{NoPacing: tc.noPacing}
 			if !tc.noReport {
-				own := b.pass(p0.Add(-time.Millisecond), false)
-				b.settle(p0.Add(time.Millisecond), own.ticket, requestsReport(p0, tc.remaining, T), true)
+				own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+				b.pacing.settle(p0.Add(time.Millisecond), own.t, requestsReport(p0, tc.remaining, T), true)
 			}
-			var tickets []uint64
+			var tickets []ticket
 			for i := range tc.sent {
-				tickets = append(tickets, b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false).ticket)
+				tickets = append(tickets, b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}).t)
 			}
 			for _, tk := range tickets[:tc.settled] {
-				b.settle(p0.Add(time.Second), tk, limitReport{}, false)
+				b.pacing.settle(p0.Add(time.Second), tk, limitReport{}, false)
 			}
 			for i := range tc.ahead {
 				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
 			}
 			w := b.join(p0.Add(time.Minute), p0) // begun after those ahead
-			if got := b.admit(tc.now, w).pass; got != tc.want {
-				t.Errorf("admit() pass = %v, want %v (state %+v)", got, tc.want, b.State())
+			// Let through, or let go in line order: a handOff after those
+			// ahead.
+			if v := b.admit(tc.now, w); (v.pass || v.turn) != tc.want {
+				t.Errorf("admit() = %+v, want let through or its turn %v (state %+v)", v, tc.want, b.State())
 			}
 		})
 	}
@@ -78,8 +80,8 @@ func TestPaceAdmits(t *testing.T) {
 // come to the breaker.
 func TestPaceNotInLineGoesLast(t *testing.T) {
 	b := &Breaker{}
-	own := b.pass(p0, false)
-	b.settle(p0, own.ticket, requestsReport(p0, 1, p0.Add(time.Hour)), true)
+	own := b.letThrough(p0, verdict{pass: true})
+	b.pacing.settle(p0, own.t, requestsReport(p0, 1, p0.Add(time.Hour)), true)
 	b.join(p0, p0)
 	if v := b.admit(p0.Add(time.Second), nil); v.pass || !v.paced {
 		t.Errorf("admit() = %+v, want paced behind the one in line", v)
@@ -106,12 +108,12 @@ func TestPaceFreshestReport(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Breaker{}
-			var tickets []uint64
+			var tickets []ticket
 			for range tc.arrived {
-				tickets = append(tickets, b.pass(p0, false).ticket)
+				tickets = append(tickets, b.letThrough(p0, verdict{pass: true}).t)
 			}
 			for i, r := range tc.arrived {
-				b.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
+				b.pacing.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
 			}
 			st := b.State()
 			if got := (rep{st.Reported.Sub(p0), st.Remaining}); got != tc.want {
@@ -123,20 +125,22 @@ func TestPaceFreshestReport(t *testing.T) {
 
 // S counts the requests let through after the report's request was sent,
 // and those let through before it that were still in flight then: not
-// the report's own, nor one that came back before the send.
+// the report's own, nor one that came back before it. (Before it was let
+// through, which is no later than its send: one that came back between
+// the two is counted, the safe side.)
 func TestPaceCountsFromSend(t *testing.T) {
 	b := &Breaker{}
-	back := b.pass(p0.Add(-4*time.Millisecond), false)   // back before the report's request was sent: the provider had it
-	slow := b.pass(p0.Add(-3*time.Millisecond), false)   // let through before, but in flight at the send: it may have got there later
-	own := b.pass(p0.Add(-2*time.Millisecond), false)    // the report's request, let through before its send
-	between := b.pass(p0.Add(-time.Millisecond), false)  // after it, but before its send
-	b.pass(p0, false)                                    // at the send itself, still in flight
-	after := b.pass(p0.Add(500*time.Millisecond), false) // while the report was on its way back
-	b.settle(p0.Add(-time.Millisecond/2), back.ticket, limitReport{}, false)
-	b.settle(p0.Add(time.Second), between.ticket, limitReport{}, false)
-	b.settle(p0.Add(2*time.Second), own.ticket, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
-	b.settle(p0.Add(3*time.Second), after.ticket, limitReport{}, false)
-	b.settle(p0.Add(3*time.Second), slow.ticket, limitReport{}, false)
+	back := b.letThrough(p0.Add(-4*time.Millisecond), verdict{pass: true})   // back before the report's request was let through: the provider had it
+	slow := b.letThrough(p0.Add(-3*time.Millisecond), verdict{pass: true})   // let through before, but in flight at the send: it may have got there later
+	b.pacing.settle(p0.Add(-3*time.Millisecond), back.t, limitReport{}, false)
+	own := b.letThrough(p0.Add(-2*time.Millisecond), verdict{pass: true})    // the report's request, let through before its send
+	between := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})  // after it, but before its send
+	b.letThrough(p0, verdict{pass: true})                                    // at the send itself, still in flight
+	after := b.letThrough(p0.Add(500*time.Millisecond), verdict{pass: true}) // while the report was on its way back
+	b.pacing.settle(p0.Add(time.Second), between.t, limitReport{}, false)
+	b.pacing.settle(p0.Add(2*time.Second), own.t, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
+	b.pacing.settle(p0.Add(3*time.Second), after.t, limitReport{}, false)
+	b.pacing.settle(p0.Add(3*time.Second), slow.t, limitReport{}, false)
 	if got := b.State().LetThrough; got != 4 {
 		t.Errorf("State().LetThrough = %d, want 4", got)
 	}
@@ -147,11 +151,11 @@ func TestPaceCountsFromSend(t *testing.T) {
 func TestPaceKeepsNoAdmissionsWithoutReports(t *testing.T) {
 	b := &Breaker{}
 	for i := range 100 {
-		v := b.pass(p0.Add(time.Duration(i)*time.Millisecond), false)
-		b.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.ticket, limitReport{}, false)
+		v := b.letThrough(p0.Add(time.Duration(i)*time.Millisecond), verdict{pass: true})
+		b.pacing.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.t, limitReport{}, false)
 	}
-	if len(b.admits) != 0 || b.inFlight != 0 {
-		t.Errorf("after 100 requests without reports: %d admissions kept, %d in flight; want 0, 0", len(b.admits), b.inFlight)
+	if n, f := len(b.pacing.recent.at)+b.pacing.recent.folded, b.pacing.inFlight(); n != 0 || f != 0 {
+		t.Errorf("after 100 requests without reports: %d admissions kept, %d in flight; want 0, 0", n, f)
 	}
 }
 
@@ -201,21 +205,25 @@ func TestPaceTokens(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Breaker{}
-			own := b.pass(p0.Add(-time.Millisecond), false)
+			own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
 			r := requestsReport(p0, 100, p0.Add(time.Hour))
 			r.tokens = bucketReading{known: true, limit: 1000, remaining: tc.tokens, reset: 10 * time.Second}
-			b.settle(p0, own.ticket, r, true)
-			b.tokenUse = tc.use
+			b.pacing.settle(p0, own.t, r, true)
+			b.pacing.tokenUse = tc.use
 			for i := range tc.sent {
-				b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false)
+				b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true})
 			}
 			for i := range tc.ahead {
 				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
 			}
 			w := b.join(p0.Add(time.Minute), p0)
 			v := b.admit(tc.now, w)
-			if v.pass != tc.want || !v.until.Equal(tc.wantUntil) {
-				t.Errorf("admit() pass = %v, until %v; want %v, %v", v.pass, v.until, tc.want, tc.wantUntil)
+			goes := v.pass || v.turn // let through, or let go in line order: a handOff after those ahead
+			if v.turn {
+				v.until = time.Time{}
+			}
+			if goes != tc.want || !v.until.Equal(tc.wantUntil) {
+				t.Errorf("admit() goes = %v, until %v; want %v, %v", goes, v.until, tc.want, tc.wantUntil)
 			}
 		})
 	}
@@ -226,23 +234,23 @@ func TestPaceTokens(t *testing.T) {
 // shows no drop (the bucket refilled) leaves the use learned before.
 func TestPaceLearnsTokenUse(t *testing.T) {
 	b := &Breaker{}
-	report := func(ticket uint64, sent time.Time, tokens int64) {
+	report := func(tk ticket, sent time.Time, tokens int64) {
 		r := requestsReport(sent, 50, p0.Add(time.Hour))
 		r.tokens = bucketReading{known: true, limit: 1000, remaining: tokens, reset: time.Minute}
-		b.settle(sent.Add(time.Second), ticket, r, true)
+		b.pacing.settle(sent.Add(time.Second), tk, r, true)
 	}
-	a := b.pass(p0, false)
-	report(a.ticket, p0, 900)
-	b.pass(p0.Add(time.Millisecond), false)
-	c := b.pass(p0.Add(2*time.Millisecond), false)
-	report(c.ticket, p0.Add(2*time.Millisecond), 699) // 201 tokens over 2 requests
-	if b.tokenUse != 101 {
-		t.Errorf("tokenUse = %d, want 101", b.tokenUse)
+	a := b.letThrough(p0, verdict{pass: true})
+	report(a.t, p0, 900)
+	b.letThrough(p0.Add(time.Millisecond), verdict{pass: true})
+	c := b.letThrough(p0.Add(2*time.Millisecond), verdict{pass: true})
+	report(c.t, p0.Add(2*time.Millisecond), 699) // 201 tokens over 2 requests
+	if b.pacing.tokenUse != 101 {
+		t.Errorf("tokenUse = %d, want 101", b.pacing.tokenUse)
 	}
-	d := b.pass(p0.Add(3*time.Millisecond), false)
-	report(d.ticket, p0.Add(3*time.Millisecond), 800)
-	if b.tokenUse != 101 {
-		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.tokenUse)
+	d := b.letThrough(p0.Add(3*time.Millisecond), verdict{pass: true})
+	report(d.t, p0.Add(3*time.Millisecond), 800)
+	if b.pacing.tokenUse != 101 {
+		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.pacing.tokenUse)
 	}
 }
 
@@ -254,17 +262,17 @@ func TestPaceLearnsTokenUse(t *testing.T) {
 func TestPaceOldReportRefills(t *testing.T) {
 	rep := limitReport{sent: p0, read: p0, requests: bucketReading{known: true, limit: 60, remaining: 0, reset: time.Minute, next: p0.Add(time.Second)}}
 	b := &Breaker{}
-	own := b.pass(p0.Add(-time.Millisecond), false)
-	b.settle(p0, own.ticket, rep, true)
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+	b.pacing.settle(p0, own.t, rep, true)
 	// 100 requests let through and answered over the next minute, with
 	// no report: S is far past R.
 	for i := range 100 {
 		at := p0.Add(time.Duration(i) * 500 * time.Millisecond)
-		tk := b.pass(at, false)
-		b.settle(at.Add(100*time.Millisecond), tk.ticket, limitReport{}, false)
+		tk := b.letThrough(at, verdict{pass: true})
+		b.pacing.settle(at.Add(100*time.Millisecond), tk.t, limitReport{}, false)
 	}
 	last := p0.Add(50 * time.Second) // the last admission was at 49.5s
-	tk := b.pass(last, false)        // one still in flight: liveness cannot help
+	tk := b.letThrough(last, verdict{pass: true})        // one still in flight: liveness cannot help
 	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
 	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.
 	if got := b.admit(p0.Add(70*time.Second), nil).pass; got {
@@ -273,7 +281,7 @@ func TestPaceOldReportRefills(t *testing.T) {
 	if got := b.admit(p0.Add(111*time.Second), nil).pass; !got {
 		t.Errorf("admit() at 111s pass = false, want true: no request in the last minute, limit 60 (state %+v)", b.State())
 	}
-	b.settle(p0.Add(112*time.Second), tk.ticket, limitReport{}, false)
+	b.pacing.settle(p0.Add(112*time.Second), tk.t, limitReport{}, false)
 }
 
 // Liveness looks only at the buckets that hold the call back: a tokens
@@ -285,12 +293,12 @@ func TestPaceLivenessIgnoresBucketsWithRoom(t *testing.T) {
 		requests: bucketReading{known: true, limit: 60, remaining: 0, reset: time.Minute, next: p0.Add(time.Second)},
 		tokens:   bucketReading{known: true, limit: 10000, remaining: 9000, reset: 6 * time.Second, next: p0.Add(6 * time.Second)},
 	}
-	b := &Breaker{tokenUse: 1000}
-	own := b.pass(p0.Add(-time.Millisecond), false)
-	b.settle(p0, own.ticket, rep, true)
+	b := &Breaker{pacing: pacing{tokenUse: 1000}}
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+	b.pacing.settle(p0, own.t, rep, true)
 	for i := range 2 { // answered, with no report
-		tk := b.pass(p0.Add(time.Duration(i+1)*time.Millisecond), false)
-		b.settle(p0.Add(100*time.Millisecond), tk.ticket, limitReport{}, false)
+		tk := b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true})
+		b.pacing.settle(p0.Add(100*time.Millisecond), tk.t, limitReport{}, false)
 	}
 	if got := b.admit(p0.Add(2*time.Second), nil).pass; !got {
 		t.Errorf("admit() at 2s pass = false, want true: nothing in flight and T has come (state %+v)", b.State())
@@ -308,8 +316,8 @@ func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
 		t.Fatal("parseLimits() = false, want a report")
 	}
 	b := &Breaker{}
-	own := b.pass(p0.Add(-time.Millisecond), false)
-	b.observe(p0, false, KindTransient, 0, false, 30*time.Second, own.ticket, rep, true)
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+	b.observe(p0, own.t, outcome{kind: KindTransient, rep: rep, hasRep: true}, 30*time.Second)
 	if got := b.State().NextAdmission; got.After(p0.Add(30 * time.Second)) {
 		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))
 	}

@@ -1,24 +1,20 @@
 package llmretrytest
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/llmretry/llmretry"
 )
 
 // MemoryStore is a [llmretry.BreakerStore] kept in memory, for tests and
 // benchmarks of Breakers that share their state: several Breakers of one
 // process, standing for the processes of a fleet, share one MemoryStore
-// as they would share a database. It stores each state
-// as JSON, as a database would, so a state that does not survive
-// encoding/json does not survive it either, and no two Breakers ever
-// share a slice through it. Its zero value is an empty store, ready to
-// use. It is safe for concurrent use.
+// as they would share a database. It keeps a copy of the bytes it is
+// given and hands out copies, so no two Breakers ever share memory
+// through it. Its zero value is an empty store, ready to use. It is safe
+// for concurrent use.
 //
 // Latency is read without the lock: set it before first use.
 type MemoryStore struct {
@@ -37,7 +33,7 @@ type MemoryStore struct {
 
 // row is one key's state and version.
 type row struct {
-	state   []byte // JSON
+	state   []byte
 	version int64
 }
 
@@ -63,34 +59,26 @@ func (m *MemoryStore) Calls() StoreCalls {
 	return m.calls
 }
 
-// Load returns the state stored for key and its version; the zero state
-// and version 0 when none is.
-func (m *MemoryStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+// Load returns the state stored for key and its version; nil and
+// version 0 when none is.
+func (m *MemoryStore) Load(ctx context.Context, key string) ([]byte, int64, error) {
 	m.count(&m.calls.Loads)
 	if err := m.wait(ctx); err != nil {
-		return llmretry.SharedState{}, 0, err
+		return nil, 0, err
 	}
 	m.mu.Lock()
-	r, err := m.rows[key], m.err
-	m.mu.Unlock()
-	var st llmretry.SharedState
-	if err != nil || r.version == 0 {
-		return st, 0, err
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, 0, m.err
 	}
-	if err := json.Unmarshal(r.state, &st); err != nil {
-		return llmretry.SharedState{}, 0, errors.New("llmretrytest: stored state: " + err.Error())
-	}
-	return st, r.version, nil
+	r := m.rows[key]
+	return bytes.Clone(r.state), r.version, nil
 }
 
-// CompareAndSwap stores next for key when its version is still version,
-// and tells every Watch of key.
-func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+// CompareAndSwap stores a copy of next for key, as version+1, when its
+// version is still version, and tells every Watch of key.
+func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
 	m.count(&m.calls.Swaps)
-	b, err := json.Marshal(next)
-	if err != nil {
-		return false, errors.New("llmretrytest: encode state: " + err.Error())
-	}
 	if err := m.wait(ctx); err != nil {
 		return false, err
 	}
@@ -105,7 +93,7 @@ func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, version in
 	if m.rows == nil {
 		m.rows = make(map[string]row)
 	}
-	m.rows[key] = row{state: b, version: version + 1}
+	m.rows[key] = row{state: bytes.Clone(next), version: version + 1}
 	for ch := range m.watchers[key] {
 		select {
 		case ch <- struct{}{}:

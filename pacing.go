@@ -1,0 +1,364 @@
+package llmretry
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// pacing is what a Breaker knows of its provider's rate limits: the
+// freshest report, and counts of the requests let through around and
+// after it. The rules are on [Breaker]; this file computes them, in time
+// and memory that do not grow with the calls in flight or waiting:
+//
+//   - S, the requests let through since the report's request was sent
+//     and those still in flight then, is admitted − base − 1: every
+//     admission but those whose outcome came back before the report's
+//     request was let through (base, counted when it was) and that
+//     request itself. A request let through before the report's and back
+//     between that one's admission and its send is counted too: which
+//     reached the provider first is not known, and counting it is the
+//     safe side.
+//   - The requests in flight are admitted − back.
+//   - The window rule counts the requests let through in the last W from
+//     recent, which holds the times of those let through since the
+//     report's own and is emptied by a fresher report; it is bounded,
+//     and what it folds into a count can only overstate the window.
+type pacing struct {
+	report     limitReport // the freshest report; valid when has
+	has        bool
+	reportSeq  uint64 // the admission of the report's own request
+	reportBase uint64 // outcomes observed before that admission
+	admitted   uint64 // requests let through so far: the last one's number
+	back       uint64 // outcomes of them observed so far
+	recent     recent // when requests were let through after the report's own, while there is a report
+	tokenUse   int64  // tokens a request uses, as the reports' drop says; 0 until known
+}
+
+// ticket is an admission: what a Breaker hands a request it lets
+// through, and the request hands back with its outcome.
+type ticket struct {
+	seq   uint64 // the admission's number, from 1
+	base  uint64 // outcomes observed before it: S counts from it when its report is the freshest
+	probe bool   // the half-open probe
+	local bool   // let through by a Breaker whose store had failed: the fleet did not number it
+}
+
+// admit counts a request let through at now, and returns its ticket.
+// Its time is recorded for the window rule only once the backend has
+// reported: a backend that never reports is never paced.
+func (p *pacing) admit(now time.Time, record bool) ticket {
+	p.admitted++
+	if record && p.has {
+		p.recent.add(now)
+	}
+	return ticket{seq: p.admitted, base: p.back}
+}
+
+// inFlight is how many requests let through have not come back.
+func (p *pacing) inFlight() int64 { return int64(p.admitted - p.back) }
+
+// sentSince is S for the freshest report.
+func (p *pacing) sentSince() int64 {
+	if !p.has || p.admitted < p.reportBase+1 {
+		return 0
+	}
+	return int64(p.admitted - p.reportBase - 1)
+}
+
+// settle records that the request of ticket t came back at now, with
+// rep, its rate-limit report, if it made one (hasRep). The report
+// becomes the freshest when it is fresher than the one held.
+func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool) {
+	if p.back < p.admitted {
+		p.back++
+	}
+	if !hasRep || (p.has && !fresher(rep, p.report)) {
+		return
+	}
+	first := !p.has
+	if !first {
+		p.learnTokenUse(rep, t)
+	}
+	p.report, p.has, p.reportSeq, p.reportBase = rep, true, t.seq, min(t.base, t.seq-1)
+	if first {
+		// The requests let through while the first report was on its way
+		// were not recorded: counted in the window as let through now,
+		// which overstates it until W has passed.
+		p.recent = recent{}
+		p.recent.fold(int(p.admitted-t.seq), now)
+		return
+	}
+	p.recent.dropBefore(p.admitted, t.seq)
+}
+
+// learnTokenUse reads, from the tokens the provider's bucket lost
+// between the freshest report and rep, its successor (the report of
+// ticket t), what a request of this backend uses: the drop over the
+// requests let through between the two. The bucket refills meanwhile, so
+// the drop can only understate the use; a drop that is not positive says
+// nothing, and the last use learned stays.
+func (p *pacing) learnTokenUse(rep limitReport, t ticket) {
+	old := p.report.tokens
+	if !old.known || !rep.tokens.known || t.seq <= p.reportSeq {
+		return
+	}
+	n := int64(t.seq - p.reportSeq)
+	if drop := old.remaining - rep.tokens.remaining; drop > 0 {
+		p.tokenUse = (drop + n - 1) / n
+	}
+}
+
+// hold applies the pacing rules to a call that wants to send at now with
+// k calls ahead of it in the Breaker's line. It reports whether the call
+// is held back, and then until when at least (the latest next admission
+// of the buckets that hold it; zero when those have come, and only an
+// answer, or the window's turn, can let it go).
+func (p *pacing) hold(now time.Time, k int64) (held bool, until time.Time) {
+	if !p.has {
+		return false, time.Time{}
+	}
+	s := p.sentSince()
+	come := true
+	// Each bucket says how many more requests it takes (n, one more once
+	// t has come) and when it takes the next one beyond them (t).
+	check := func(n int64, t time.Time) {
+		if n <= k {
+			held = true
+			if now.Before(t) {
+				come = false
+				until = later(until, t)
+			}
+		}
+	}
+	if r := p.report.requests; r.known {
+		t := p.nextAdmission()
+		n := r.remaining - s
+		if !now.Before(t) {
+			n++
+		}
+		if m, ok := p.windowRoom(now); ok {
+			n = max(n, m)
+		}
+		check(n, t)
+	}
+	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
+		n, t := tokensFor(tk, p.report.read, s, p.tokenUse)
+		if !now.Before(t) {
+			n++
+		}
+		check(n, t)
+	}
+	if !held || (come && k == 0 && p.inFlight() == 0) {
+		// Nothing in flight will bring a report: the first in line goes,
+		// so that one does.
+		return false, time.Time{}
+	}
+	return true, until
+}
+
+// room is how many more requests the freshest report lets through at
+// now, by the bucket that takes the fewest: a call with at least that
+// many calls ahead of it is held back (unless the liveness rule lets the
+// first in line go). Without a report there is no bound: the most an
+// int64 holds.
+func (p *pacing) room(now time.Time) int64 {
+	n := int64(math.MaxInt64)
+	if !p.has {
+		return n
+	}
+	s := p.sentSince()
+	if r := p.report.requests; r.known {
+		m := r.remaining - s
+		if !now.Before(p.nextAdmission()) {
+			m++
+		}
+		if w, ok := p.windowRoom(now); ok {
+			m = max(m, w)
+		}
+		n = min(n, m)
+	}
+	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
+		m, t := tokensFor(tk, p.report.read, s, p.tokenUse)
+		if !now.Before(t) {
+			m++
+		}
+		n = min(n, m)
+	}
+	return n
+}
+
+// nextChange is the first time after now at which hold may answer
+// otherwise with nothing else changed: the buckets' next admissions, the
+// moment the report grows older than the window, and the moment the
+// oldest request the window counts leaves it. Zero when there is none.
+func (p *pacing) nextChange(now time.Time) time.Time {
+	if !p.has {
+		return time.Time{}
+	}
+	var next time.Time
+	soonest := func(t time.Time) {
+		if t.After(now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	soonest(p.nextAdmission())
+	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
+		_, t := tokensFor(tk, p.report.read, p.sentSince(), p.tokenUse)
+		soonest(t)
+	}
+	if w, ok := p.window(); ok {
+		soonest(p.report.sent.Add(w))
+		if at, ok := p.recent.firstAfter(now.Add(-w)); ok {
+			soonest(at.Add(w))
+		}
+	}
+	return next
+}
+
+// tokensFor is what a tokens bucket, read at read as tk, takes once s
+// more requests of use tokens each have been sent: how many more
+// requests, and when it holds enough for the next one beyond them, as it
+// refills steadily to full at its reset (as T is read for the requests
+// bucket, for use tokens instead of one). Without a limit it is full
+// again only at the reset.
+func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
+	left := tk.remaining - s*use
+	n := left / use
+	if left < 0 {
+		n = (left - use + 1) / use // rounded down, as for a positive left
+	}
+	need := (n+1)*use - left // tokens missing for the next request
+	missing := tk.limit - tk.remaining
+	if tk.limit <= 0 || missing <= 0 || need >= missing {
+		return n, read.Add(tk.reset)
+	}
+	// Rounded up, never early; a float, as reset × need can overflow.
+	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
+}
+
+// window is W, the time the requests bucket takes to refill from empty,
+// from the report's reset and limit; false when its pace is not known.
+func (p *pacing) window() (time.Duration, bool) {
+	r := p.report.requests
+	missing := r.limit - r.remaining
+	if !r.known || r.limit <= 0 || r.reset <= 0 || missing <= 0 {
+		return 0, false
+	}
+	// The reset is the time to refill the missing requests; from empty,
+	// the whole limit. Rounded up, and a float, as reset × limit can
+	// overflow.
+	w := math.Ceil(float64(r.reset) * float64(r.limit) / float64(missing))
+	if w > float64(maxOpen) {
+		return 0, false
+	}
+	return time.Duration(w), true
+}
+
+// windowRoom is a second reading of how many more requests the requests
+// bucket takes at now, for a report that has grown old: a bucket of limit
+// L that refills from empty in W has, whatever it held before, at least
+// L less the requests taken in the last W. It reports false when the
+// bucket's pace is not known, or when that window reaches back before
+// the report's request was sent (the requests before it are not all
+// counted). Without it a report would hold the backend to one request at
+// a time for good once S passed R, even a report long stale, such as a
+// 429's from a Call that reports only its failures.
+func (p *pacing) windowRoom(now time.Time) (int64, bool) {
+	w, ok := p.window()
+	if !ok {
+		return 0, false
+	}
+	start := now.Add(-w)
+	if start.Before(p.report.sent) {
+		return 0, false
+	}
+	return p.report.requests.limit - int64(p.recent.countAfter(start)), true
+}
+
+// nextAdmission is T: when the freshest report says the provider admits
+// the next request. A report without a reset or Retry-After does not
+// say; T is then taken as come when the report was read, so that one
+// request beyond R may go and bring a report that does say.
+func (p *pacing) nextAdmission() time.Time {
+	if t := p.report.requests.next; !t.IsZero() {
+		return t
+	}
+	return p.report.read
+}
+
+// recent is when requests were let through, oldest first, for the
+// window rule: at most maxRecent times, the older ones beyond that
+// folded into a count kept with the latest of their times.
+type recent struct {
+	at       []time.Time
+	folded   int       // admissions folded out of at
+	foldedAt time.Time // the latest time among them
+}
+
+// maxRecent bounds the times recent keeps. They pile up only while a
+// backend that once reported stops doing so; what is folded can only
+// overstate the window's count.
+const maxRecent = 1024
+
+// add records an admission at t, the one numbered after the last.
+func (r *recent) add(t time.Time) {
+	if len(r.at) == maxRecent {
+		half := maxRecent / 2
+		r.fold(half, r.at[half-1])
+		r.at = append(r.at[:0], r.at[half:]...)
+	}
+	r.at = append(r.at, t)
+}
+
+// fold counts n more admissions as folded, the latest of them at t.
+func (r *recent) fold(n int, t time.Time) {
+	if n <= 0 {
+		return
+	}
+	r.folded += n
+	r.foldedAt = later(r.foldedAt, t)
+}
+
+// dropBefore forgets the admissions numbered up to seq, whose times a
+// report sent after them never counts; admitted is the last number
+// given. What was folded goes too, once every number it held is up to
+// seq.
+func (r *recent) dropBefore(admitted, seq uint64) {
+	if len(r.at) == 0 {
+		if r.folded > 0 && admitted == seq {
+			*r = recent{}
+		}
+		return
+	}
+	first := admitted - uint64(len(r.at)) + 1 // the number of at[0]
+	if seq < first {
+		return // only folded ones are that old, and they may hold newer
+	}
+	n := min(int(seq-first+1), len(r.at))
+	r.at = append(r.at[:0], r.at[n:]...)
+	r.folded, r.foldedAt = 0, time.Time{}
+}
+
+// countAfter is how many admissions came after t.
+func (r *recent) countAfter(t time.Time) int {
+	i := sort.Search(len(r.at), func(i int) bool { return r.at[i].After(t) })
+	n := len(r.at) - i
+	if r.folded > 0 && r.foldedAt.After(t) {
+		n += r.folded
+	}
+	return n
+}
+
+// firstAfter is the time of the first admission after t that the window
+// counts.
+func (r *recent) firstAfter(t time.Time) (time.Time, bool) {
+	if r.folded > 0 && r.foldedAt.After(t) {
+		return r.foldedAt, true
+	}
+	i := sort.Search(len(r.at), func(i int) bool { return r.at[i].After(t) })
+	if i == len(r.at) {
+		return time.Time{}, false
+	}
+	return r.at[i], true
+}
