@@ -234,7 +234,8 @@ func (b *Breaker) rules(now time.Time, k int) verdict {
 }
 
 // letThrough counts a request let through at now by verdict v, and
-// returns v with its ticket. b.mu is held.
+// returns v with its ticket. With a Store the request counts in this
+// process's entry, and a probe holds a lease. b.mu is held.
 func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
 	probe := v.t.probe
 	v.t = b.pacing.admit(now, !b.NoPacing)
@@ -242,60 +243,73 @@ func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
 	if probe {
 		b.health.probing = true
 	}
+	if f := b.fleet; f != nil && b.Store != nil {
+		v.t.local = f.local
+		b.ownEntry(now).InFlight++
+		if probe {
+			f.probe, f.probeAt = b.probeName(v.t), now.Add(b.lease())
+		}
+	}
 	return v
 }
 
 // admit answers a call that wants to send at now; w is its place in line,
-// kept from the wait before a retry, or nil. A call let through takes its
-// place out of line; one held back keeps it, for wait or leave.
-func (b *Breaker) admit(now time.Time, w *waiter) verdict {
+// kept from the wait before a retry, or nil; deadline is the call's (zero:
+// none), which bounds what it waits for a Store. A call let through takes
+// its place out of line; one held back keeps it, for wait or leave.
+func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time) verdict {
 	if b.Store != nil {
-		return b.fleetAdmit(now, w)
+		return b.fleetAdmit(now, w, deadline)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.dispatch(now)
-	return b.answer(now, w)
-}
-
-// answer is admit's verdict once the line has had its turn; b.mu is held.
-func (b *Breaker) answer(now time.Time, w *waiter) verdict {
 	if w != nil && w.granted {
 		w.granted = false
 		return verdict{pass: true, t: w.t}
 	}
+	v, take := b.answer(now, w)
+	if take {
+		b.remove(w)
+	}
+	return v
+}
+
+// answer decides for a call that asks to send at now, w its place in
+// line (nil: none), once the line has had its turn: it counts the
+// request when it is let through, and reports whether w then leaves the
+// line. It does not change the line. b.mu is held.
+func (b *Breaker) answer(now time.Time, w *waiter) (v verdict, take bool) {
 	first := b.line.first()
-	var v verdict
 	switch {
 	case w == nil || w.gone:
 		// Not in line: after every call in it.
-		v = b.rules(now, b.line.waiting())
+		v = b.rules(now, b.line.waiting()+b.othersAhead(maxTime))
 	case first == w:
-		if v = b.rules(now, 0); v.pass && now.Before(b.line.gate) {
-			return verdict{turn: true, until: b.line.gate}
+		v = b.rules(now, b.othersAhead(w.start))
+		if v.pass && now.Before(b.line.gate) {
+			return verdict{turn: true, until: b.line.gate}, false
 		}
 	default:
 		// Behind calls of the line: held back as the first is, and
 		// otherwise by the calls ahead of it; when they leave it room, its
 		// turn comes after theirs.
-		if v = b.rules(now, 0); !v.pass {
-			return v
+		others := b.othersAhead(w.start)
+		if v = b.rules(now, others); !v.pass {
+			return v, false
 		}
 		limit := int(min(max(b.pacing.room(now), 0), int64(b.line.waiting())))
 		if b.NoPacing {
 			limit = 0
 		}
-		if v = b.rules(now, b.line.queue.countBefore(w, limit)); v.pass {
-			return verdict{turn: true, until: b.line.gate}
+		if v = b.rules(now, others+b.line.queue.countBefore(w, limit)); v.pass {
+			return verdict{turn: true, until: b.line.gate}, false
 		}
 	}
-	if v.pass {
-		if w != nil {
-			b.line.take(w)
-		}
-		return b.letThrough(now, v)
+	if !v.pass {
+		return v, false
 	}
-	return v
+	return b.letThrough(now, v), w != nil && !w.gone
 }
 
 // wait puts the call in line as a waiting one, until end at most: w is
@@ -310,13 +324,13 @@ func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w = b.enqueue(now, w, start, end, v)
+	w = b.stand(now, w, start, end, v)
 	b.dispatch(now)
 	return w
 }
 
-// enqueue is wait's change to the line; b.mu is held.
-func (b *Breaker) enqueue(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+// stand is wait's change to the line; b.mu is held.
+func (b *Breaker) stand(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
 	if w == nil || w.gone {
 		w = b.line.join(start, now)
 		b.line.advance(now)
@@ -420,64 +434,101 @@ func (b *Breaker) observe(now time.Time, t ticket, o outcome, maxWait time.Durat
 	b.dispatch(now)
 }
 
-// settle learns outcome o of ticket t; b.mu is held.
+// settle learns outcome o of ticket t at now; b.mu is held. A probe's
+// outcome is its own only while it holds the probe: with a Store, once
+// its lease ran out another may probe, and this late outcome must not end
+// that one's.
 func (b *Breaker) settle(now time.Time, t ticket, o outcome) {
 	b.pacing.settle(now, t, o.rep, o.hasRep)
-	if b.health.observe(now, t.probe, o, cmp.Or(b.Failures, DefaultBreakerFailures), cmp.Or(b.Cooldown, DefaultCooldown)) {
+	probe := t.probe
+	if f := b.fleet; f != nil && b.Store != nil {
+		probe = probe && f.probe == b.probeName(t)
+		if probe {
+			f.probe, f.probeAt = "", time.Time{}
+		}
+	}
+	if b.health.observe(now, probe, o, cmp.Or(b.Failures, DefaultBreakerFailures), cmp.Or(b.Cooldown, DefaultCooldown)) {
 		b.line.gate = now // a closing breaker lets its line go from now
 	}
 }
 
-// dispatch gives the line its turn at now: the first call goes when the
-// rules let it, no sooner than a handOff after the last one let go; calls
-// whose bound ends before the breaker could let them through are
-// dismissed; and the timer is set for the next time that can change
-// anything. b.mu is held.
-func (b *Breaker) dispatch(now time.Time) {
+// lineTurn is what the line's turn decided: the call let through, with its
+// ticket, or the calls dismissed, with what holds the line. It is carried
+// out once the decision stands: at once, or with a Store once the store
+// took it.
+type lineTurn struct {
+	let  *waiter
+	t    ticket
+	over []*waiter
+	why  verdict
+}
+
+// turn decides the line's turn at now: the first call goes when the rules
+// let it (with the fleet's calls ahead of it, with a Store), no sooner
+// than the gate, a handOff after the last one let go; otherwise the
+// calls that cannot be let through in time are dismissed. It counts the
+// request let through, but does not change the line. b.mu is held.
+func (b *Breaker) turn(now time.Time) lineTurn {
 	b.line.advance(now)
-	if w := b.line.first(); w != nil && !now.Before(b.line.gate) {
-		v := b.rules(now, 0)
-		if v.pass {
-			b.line.take(w)
-			if w.onTurn {
-				b.line.turns--
-				w.onTurn = false
-			}
-			v = b.letThrough(now, v)
-			w.granted, w.t = true, v.t
-			if b.line.waiting() > 0 {
-				// The next in line goes no sooner than a handOff later.
-				b.line.gate = now.Add(handOff)
-			}
-			if w.done != nil {
-				close(w.done)
-			}
-		} else {
-			b.dismiss(v)
+	w := b.line.first()
+	if w == nil || now.Before(b.line.gate) {
+		return lineTurn{}
+	}
+	v := b.rules(now, b.othersAhead(w.start))
+	if !v.pass {
+		return lineTurn{over: b.dismissals(v), why: v}
+	}
+	v = b.letThrough(now, v)
+	if b.line.waiting() > 1 || b.othersAhead(maxTime) > 0 {
+		// The next in line goes no sooner than a handOff later.
+		b.line.gate = now.Add(handOff)
+	}
+	return lineTurn{let: w, t: v.t}
+}
+
+// carryOut carries out turn p; b.mu is held.
+func (b *Breaker) carryOut(p lineTurn) {
+	if w := p.let; w != nil && !w.gone {
+		b.remove(w)
+		w.granted, w.t = true, p.t
+		if w.done != nil {
+			close(w.done)
 		}
 	}
+	for _, w := range p.over {
+		if !w.gone {
+			w.v = p.why
+			b.over(w)
+		}
+	}
+}
+
+// dispatch gives the line its turn at now, carries it out, and sets the
+// timer for the next time that can change anything. b.mu is held.
+func (b *Breaker) dispatch(now time.Time) {
+	b.carryOut(b.turn(now))
 	b.schedule(now)
 }
 
-// dismiss tells the calls that cannot be let through in time, v being
-// what holds the first, that their wait is over: those whose bound ends
-// before v's until, and those waiting only for their turn, which must
-// decide again now that the breaker holds the line. b.mu is held.
-func (b *Breaker) dismiss(v verdict) {
-	for w := b.line.ends.min(); w != nil && !v.until.IsZero() && v.until.After(w.end); w = b.line.ends.min() {
-		w.v = v
-		b.over(w)
+// dismissals are the calls that cannot be let through in time, v being
+// what holds the first: those whose bound ends before v's until, and
+// those waiting only for their turn, which must decide again now that the
+// breaker holds the line. b.mu is held.
+func (b *Breaker) dismissals(v verdict) []*waiter {
+	var out []*waiter
+	if !v.until.IsZero() {
+		out = b.line.ends.before(func(w *waiter) bool { return v.until.After(w.end) })
 	}
 	if b.line.turns > 0 {
 		// Rare: calls came back to a line the breaker was letting go,
 		// and it stopped. Each is found once.
-		for _, w := range append([]*waiter(nil), b.line.queue.ws...) {
+		for _, w := range b.line.queue.ws {
 			if w.onTurn {
-				w.v = v
-				b.over(w)
+				out = append(out, w)
 			}
 		}
 	}
+	return out
 }
 
 // over takes w out of line, dismissed; b.mu is held.
@@ -492,6 +543,10 @@ func (b *Breaker) over(w *waiter) {
 // schedule sets the timer for the next time the first call's lot can
 // change with nothing else happening; b.mu is held.
 func (b *Breaker) schedule(now time.Time) {
+	if b.Store != nil {
+		b.scheduleFleet(now)
+		return
+	}
 	var next time.Time
 	if b.line.first() != nil {
 		h := &b.health
@@ -502,7 +557,6 @@ func (b *Breaker) schedule(now time.Time) {
 			next = h.until
 		case !h.until.IsZero():
 			// Half-open with a probe in flight: its outcome wakes the line.
-			next = b.probeExpiry()
 		case !b.NoPacing:
 			next = b.pacing.nextChange(now)
 		}

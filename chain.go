@@ -622,7 +622,8 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		return t, skip, true
 	}
 	now := r.now()
-	v := br.admit(now, line)
+	deadline, _ := r.ctx.Deadline()
+	v := br.admit(now, line, deadline)
 	if v.pass {
 		return v.t, skip, true
 	}

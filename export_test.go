@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 )
 
@@ -26,4 +27,52 @@ func ParseLimits(h http.Header, sent, read time.Time) (Limits, bool) {
 		TokensLimit: r.tokens.limit, TokensRemaining: r.tokens.remaining,
 		RequestsNext: r.requests.next, RetryAt: r.retryAt,
 	}, ok
+}
+
+// FleetState is the part of the state that Breakers share through a
+// store that the external tests read and write as another process
+// would.
+type FleetState struct {
+	Failures   int
+	Until      time.Time
+	Kind       Kind
+	Hinted     bool
+	Opened     int
+	ProbeOwner string
+	ProbeUntil time.Time
+
+	// Read only: the requests let through, those in flight, and the
+	// calls waiting, in every process.
+	Admitted uint64
+	InFlight int64
+	Waiting  int
+}
+
+// DecodeFleetState reads a stored state.
+func DecodeFleetState(data []byte) (FleetState, error) {
+	st, err := decodeShared(data)
+	fs := FleetState{st.Fails, st.Until, st.Kind, st.Hinted, st.Opened, st.ProbeOwner, st.ProbeUntil, st.Admitted, 0, 0}
+	for _, e := range st.Procs {
+		fs.InFlight += e.InFlight
+		fs.Waiting += e.Waiting
+	}
+	return fs, err
+}
+
+// ChangeFleetState changes the health part of a stored state, keeping
+// the rest.
+func ChangeFleetState(data []byte, change func(*FleetState)) ([]byte, error) {
+	st, err := decodeShared(data)
+	if err != nil {
+		return nil, err
+	}
+	fs, _ := DecodeFleetState(data)
+	change(&fs)
+	st.Fails, st.Until, st.Kind, st.Hinted, st.Opened, st.ProbeOwner, st.ProbeUntil = fs.Failures, fs.Until, fs.Kind, fs.Hinted, fs.Opened, fs.ProbeOwner, fs.ProbeUntil
+	return encodeShared(&st), nil
+}
+
+// NewerFormatState is a state written by a later version of the package.
+func NewerFormatState() []byte {
+	return []byte(`{"v":` + strconv.Itoa(sharedFormat+1) + `}`)
 }

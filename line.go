@@ -81,6 +81,21 @@ func (h *heap[O]) min() *waiter {
 	return h.ws[0]
 }
 
+// second is the waiter that comes after min; nil when there is none.
+func (h *heap[O]) second() *waiter {
+	var o O
+	switch len(h.ws) {
+	case 0, 1:
+		return nil
+	case 2:
+		return h.ws[1]
+	}
+	if o.less(h.ws[2], h.ws[1]) {
+		return h.ws[2]
+	}
+	return h.ws[1]
+}
+
 // countBefore is how many waiters come before w in the heap's order,
 // counting no further than limit: it visits only those it counts, and
 // their children.
@@ -98,6 +113,24 @@ func (h *heap[O]) countBefore(w *waiter, limit int) int {
 		next = append(next, 2*i+1, 2*i+2)
 	}
 	return n
+}
+
+// before is the waiters for which in holds, where in holds for a waiter
+// whenever it holds for one that comes after it in the heap's order (so
+// they are the first ones); it visits only those and their children.
+func (h *heap[O]) before(in func(w *waiter) bool) []*waiter {
+	var out []*waiter
+	next := []int{0}
+	for len(next) > 0 {
+		i := next[len(next)-1]
+		next = next[:len(next)-1]
+		if i >= len(h.ws) || !in(h.ws[i]) {
+			continue
+		}
+		out = append(out, h.ws[i])
+		next = append(next, 2*i+1, 2*i+2)
+	}
+	return out
 }
 
 func (h *heap[O]) push(w *waiter) {

@@ -362,3 +362,14 @@ func (r *recent) firstAfter(t time.Time) (time.Time, bool) {
 	}
 	return r.at[i], true
 }
+
+// pace is how long the requests bucket takes to admit one more request
+// by the freshest report: its reset over the requests it misses (over
+// the limit when full); a second when the report does not say.
+func (p *pacing) pace() time.Duration {
+	r := p.report.requests
+	if !p.has || !r.known || r.reset <= 0 || r.limit <= 0 {
+		return time.Second
+	}
+	return max(r.reset/time.Duration(max(r.limit-r.remaining, 1)), time.Millisecond)
+}

@@ -1,0 +1,798 @@
+package llmretry
+
+import (
+	"cmp"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// How a Breaker with a Store shares its state: its health and pacing,
+// as this process last read or wrote them, are its view of the shared
+// state; the other processes appear in it by their entries (procEntry).
+// Every decision of this process on the key goes through one sync at a
+// time, which takes every decision due by then together (group commit):
+// it loads the state only when another process may have changed it since
+// (stale), decides on it, and writes it back by compare-and-swap when
+// anything changed, deciding again on a conflict. A write that the store
+// did not take, or whose fate is not known, is kept (carry) and made
+// again with the next write, unless the state then shows it landed (the
+// process's write count, Wseq, in its entry). While the store fails, each
+// decision is made on the view, at once, and shared with the next write
+// that succeeds.
+//
+// Waiting calls are woken in their turn: the process's timer is set to
+// the next time its first call's lot can change, as the view says, and
+// only a process whose first call is the fleet's first, held back until
+// an answer comes (a report, the probe's outcome), loads the state when
+// another process changes it. A process whose first call has others ahead
+// of it in the fleet's line wakes when, by the pace the provider reports,
+// their turns should have passed.
+
+// fleet is a Breaker's part in the fleet; b.mu guards it.
+type fleet struct {
+	id      string      // this process's name in the state: random
+	version int64       // the store's version of the view; 0 while nothing was read
+	procs   []procEntry // the fleet's processes as last seen, this one's included
+	stale   bool        // another process may have changed the state since it was read
+	changes uint64      // the changes heard so far: a read begun before the last one is stale
+	own     int         // this process's writes whose Watch notice has not come
+	wseq    uint64      // this process's writes so far
+	carry   []change    // what this process decided that the store has not taken
+	carried uint64      // the write that last tried to take carry; 0: none has
+	local   bool        // deciding without the store: what is let through is this process's alone
+	pending []*request  // decisions waiting for the next sync
+	syncing bool        // a sync is running
+	listen  bool        // a change by another process wakes the line: load and dispatch
+	watch   func()      // stops the watch; nil while none runs
+	probe   string      // the probe this process holds, by its owner name
+	probeAt time.Time   // when that probe's lease runs out
+
+	errs int64
+	down bool
+	err  error
+}
+
+// change is one decision of this process that the store has not taken
+// yet: an outcome learned, or a request let through.
+type change struct {
+	at      time.Time
+	observe bool
+	t       ticket
+	o       outcome
+}
+
+// request is a decision waiting for a sync.
+type request struct {
+	kind     requestKind
+	now      time.Time
+	w        *waiter   // admit: the call's place in line; nil: not in line
+	t        ticket    // observe
+	o        outcome   // observe
+	deadline time.Time // the caller's, which bounds the store calls; zero: none
+	v        verdict   // admit's answer
+	done     chan struct{}
+	gone     bool // the caller stopped waiting for the answer
+}
+
+type requestKind int
+
+const (
+	toAdmit   requestKind = iota // a call asks to send
+	toObserve                    // an outcome to learn
+	toTurn                       // the line's turn: a timer or a change woke it
+)
+
+// fleetOf returns b's fleet part, making it on first use; b.mu is held.
+func (b *Breaker) fleetOf() *fleet {
+	if b.fleet == nil {
+		b.fleet = &fleet{id: strconv.FormatUint(rand.Uint64(), 36), stale: true}
+	}
+	return b.fleet
+}
+
+// lease is how long what this process holds in the store counts when it
+// never says more.
+func (b *Breaker) lease() time.Duration { return cmp.Or(b.ProbeLease, DefaultProbeLease) }
+
+// probeExpiry is when the probe in flight, if another process holds it,
+// is free again; zero without a Store. b.mu is held.
+func (b *Breaker) probeExpiry() time.Time {
+	if b.fleet == nil || !b.health.probing {
+		return time.Time{}
+	}
+	return b.fleet.probeAt
+}
+
+// fleetAdmit is admit with a Store.
+func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time) verdict {
+	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline}
+	b.await(r)
+	return r.v
+}
+
+// fleetWait is wait with a Store: the call stands in this process's
+// line, and the fleet's through this process's entry.
+func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+	b.mu.Lock()
+	w = b.stand(now, w, start, end, v)
+	b.fleetOf()
+	b.watchAsNeeded()
+	b.mu.Unlock()
+	b.await(&request{kind: toTurn, now: now})
+	return w
+}
+
+// fleetExpire is expire with a Store: the call goes if it was let
+// through in time, and otherwise leaves.
+func (b *Breaker) fleetExpire(now time.Time, w *waiter) (verdict, bool) {
+	b.mu.Lock()
+	if w.granted {
+		w.granted = false
+		b.mu.Unlock()
+		return verdict{pass: true, t: w.t}, true
+	}
+	b.remove(w)
+	b.mu.Unlock()
+	b.await(&request{kind: toTurn, now: now})
+	return w.v, false
+}
+
+// fleetLeave is leave with a Store.
+func (b *Breaker) fleetLeave(w *waiter) {
+	now := time.Now()
+	b.mu.Lock()
+	var back *request
+	if w.granted {
+		w.granted = false
+		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}}
+	}
+	b.remove(w)
+	b.mu.Unlock()
+	if back != nil {
+		b.enqueue(back)
+	}
+	b.await(&request{kind: toTurn, now: now})
+}
+
+// fleetObserve is observe with a Store.
+func (b *Breaker) fleetObserve(now time.Time, t ticket, o outcome) {
+	b.await(&request{kind: toObserve, now: now, t: t, o: o})
+}
+
+// fleetTick is tick with a Store.
+func (b *Breaker) fleetTick() {
+	b.mu.Lock()
+	b.timerAt = time.Time{}
+	b.mu.Unlock()
+	b.enqueue(&request{kind: toTurn, now: time.Now()})
+}
+
+// await hands r to the next sync and waits until it is decided.
+func (b *Breaker) await(r *request) {
+	r.done = make(chan struct{})
+	b.enqueue(r)
+	<-r.done
+}
+
+// enqueue hands r to the next sync, starting one when none runs.
+func (b *Breaker) enqueue(r *request) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := b.fleetOf()
+	f.pending = append(f.pending, r)
+	if !f.syncing {
+		f.syncing = true
+		go b.syncLoop()
+	}
+}
+
+// syncLoop runs syncs until no decision is due.
+func (b *Breaker) syncLoop() {
+	for {
+		b.mu.Lock()
+		f := b.fleet
+		batch := f.pending
+		f.pending = nil
+		if len(batch) == 0 {
+			f.syncing = false
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		b.sync(batch)
+	}
+}
+
+// sync makes the decisions of batch on the shared state.
+func (b *Breaker) sync(batch []*request) {
+	now := time.Now()
+	for _, r := range batch {
+		now = later(now, r.now)
+	}
+	ctx, cancel := b.storeContext(now, batch)
+	defer cancel()
+	for try := 0; ; try++ {
+		b.mu.Lock()
+		f := b.fleet
+		load := f.stale || f.version == 0
+		heard := f.changes
+		b.mu.Unlock()
+		if load {
+			dbg(b, "LOAD")
+			data, ver, err := b.Store.Load(ctx, b.Key)
+			var st shared
+			if err == nil {
+				st, err = decodeShared(data)
+			}
+			if err != nil {
+				b.decideLocally(now, batch, err)
+				return
+			}
+			b.mu.Lock()
+			b.adopt(st, ver, now)
+			// A change heard while the load was on its way may not be in
+			// what it read.
+			f.stale = f.stale || f.changes != heard
+			b.mu.Unlock()
+		}
+		b.mu.Lock()
+		before := b.view()
+		d := b.decideBatch(now, batch)
+		after := b.view()
+		var next []byte
+		changed := !sameView(before, after)
+		if changed {
+			bb, aa := encodeShared(&before), encodeShared(&after)
+			dbg(b, "WRITE %s\n   -> %s", bb, aa)
+			f.wseq++
+			b.ownEntry(now).Wseq = f.wseq
+			next = encodeShared(b.viewPtr())
+		}
+		ver := f.version
+		b.mu.Unlock()
+		if !changed {
+			b.served(nil)
+			b.deliver(batch, d, now)
+			return
+		}
+		ok, err := b.Store.CompareAndSwap(ctx, b.Key, ver, next)
+		switch {
+		case err != nil:
+			// Decided on the fleet's state, but whether the write landed
+			// is not known: the view holds the decision, and what it
+			// changed is kept to be made again unless the state shows it
+			// landed.
+			b.mu.Lock()
+			f.carry = append(f.carry, d.wrote...)
+			f.carried = f.wseq
+			f.stale = true
+			b.fail(err)
+			b.mu.Unlock()
+			b.deliver(batch, d, now)
+			return
+		case ok:
+			b.mu.Lock()
+			f.version = ver + 1
+			f.own++
+			f.stale = f.watch == nil || f.changes != heard
+			f.carry, f.carried = nil, 0
+			f.down = false
+			b.mu.Unlock()
+			b.deliver(batch, d, now)
+			return
+		}
+		// Another process wrote first: decide again on its state, after
+		// a pause that grows with each try. (A process that lost has lost
+		// to a write that is done, so the two do not collide again in
+		// step; without jitter, replays of a fleet in virtual time stay
+		// identical.)
+		b.mu.Lock()
+		b.restore(before)
+		f.wseq--
+		f.stale = true
+		b.mu.Unlock()
+		if !pause(ctx, time.Millisecond<<min(try, 6)) {
+			b.decideLocally(now, batch, errStoreBusy)
+			return
+		}
+	}
+}
+
+// pause waits for d, and reports false when ctx ends first.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// errStoreBusy is the store error of a decision whose every write found
+// the state changed by another process, until its time ran out.
+var errStoreBusy = errorString("llmretry: breaker store: the state changed on every try")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+// storeContext bounds the store calls of a sync by StoreTimeout and by
+// the earliest deadline of the calls it decides for: no call waits for
+// the store past its deadline.
+func (b *Breaker) storeContext(now time.Time, batch []*request) (context.Context, context.CancelFunc) {
+	end := now.Add(cmp.Or(b.StoreTimeout, DefaultStoreTimeout))
+	for _, r := range batch {
+		if !r.deadline.IsZero() && r.deadline.Before(end) {
+			end = r.deadline
+		}
+	}
+	return context.WithDeadline(context.Background(), end)
+}
+
+// decideLocally makes the decisions of batch on the view, as the store
+// failed with err: what they change is kept, to be written with the next
+// write that succeeds.
+func (b *Breaker) decideLocally(now time.Time, batch []*request, err error) {
+	b.mu.Lock()
+	f := b.fleet
+	b.fail(err)
+	f.stale = true
+	f.local = true
+	d := b.decideBatch(now, batch)
+	f.local = false
+	f.carry = append(f.carry, d.wrote...)
+	b.mu.Unlock()
+	b.deliver(batch, d, now)
+}
+
+// served records a store call that worked.
+func (b *Breaker) served(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err == nil {
+		b.fleet.down = false
+	}
+}
+
+// fail counts a failed store call; b.mu is held. A store that answers
+// but whose state others changed on every try is not down.
+func (b *Breaker) fail(err error) {
+	f := b.fleet
+	f.errs++
+	f.err = err
+	if err != errStoreBusy {
+		f.down = true
+	}
+}
+
+// adopt makes st, read at version ver, the view, at now. b.mu is held.
+func (b *Breaker) adopt(st shared, ver int64, now time.Time) {
+	f := b.fleet
+	h := &b.health
+	*h = health{fails: st.Fails, until: st.Until, kind: st.Kind, hinted: st.Hinted, opened: st.Opened}
+	h.probing = st.ProbeOwner != "" && now.Before(st.ProbeUntil)
+	f.probe, f.probeAt = "", time.Time{}
+	if h.probing {
+		f.probe, f.probeAt = st.ProbeOwner, st.ProbeUntil
+	}
+	p := &b.pacing
+	*p = pacing{reportSeq: st.ReportSeq, reportBase: st.ReportBase, admitted: st.Admitted, back: st.Back, tokenUse: st.TokenUse}
+	if st.Report != nil {
+		p.report, p.has = st.Report.limitReport(), true
+	}
+	p.recent = recent{at: st.Recent, folded: st.Folded, foldedAt: st.FoldedAt}
+	b.line.gate = st.Gate
+	f.procs = st.Procs
+	// Fresh until another process writes, which only a watch tells.
+	f.version, f.stale = ver, f.watch == nil
+	if f.carried != 0 {
+		if e := b.entry(f.id); e != nil && e.Wseq >= f.carried {
+			f.carry = nil // the write whose answer was lost landed
+		}
+		f.carried = 0
+	}
+}
+
+// view is the shared state as this process sees it; b.mu is held.
+func (b *Breaker) view() shared {
+	f := b.fleet
+	h, p := &b.health, &b.pacing
+	st := shared{
+		Fails: h.fails, Until: h.until, Kind: h.kind, Hinted: h.hinted, Opened: h.opened,
+		ReportSeq: p.reportSeq, ReportBase: p.reportBase, Admitted: p.admitted, Back: p.back, TokenUse: p.tokenUse,
+		Recent: slices.Clone(p.recent.at), Folded: p.recent.folded, FoldedAt: p.recent.foldedAt,
+		Gate:  b.line.gate,
+		Procs: slices.Clone(f.procs),
+	}
+	if h.probing {
+		st.ProbeOwner, st.ProbeUntil = f.probe, f.probeAt
+	}
+	if p.has {
+		st.Report = toSharedReport(p.report)
+	}
+	return st
+}
+
+// viewPtr is view, for encoding.
+func (b *Breaker) viewPtr() *shared {
+	st := b.view()
+	return &st
+}
+
+// restore makes st the view again, undoing decisions the store did not
+// take. b.mu is held.
+func (b *Breaker) restore(st shared) {
+	f := b.fleet
+	ver, carried := f.version, f.carried
+	f.carried = 0
+	b.adopt(st, ver, time.Time{})
+	b.health.probing = st.ProbeOwner != ""
+	if b.health.probing {
+		f.probe, f.probeAt = st.ProbeOwner, st.ProbeUntil
+	}
+	f.carried = carried
+}
+
+// sameView reports whether two views hold the same state.
+func sameView(a, b shared) bool {
+	return string(encodeShared(&a)) == string(encodeShared(&b))
+}
+
+// entry is the entry of process id in the view; nil when it has none.
+// b.mu is held.
+func (b *Breaker) entry(id string) *procEntry {
+	for i := range b.fleet.procs {
+		if b.fleet.procs[i].ID == id {
+			return &b.fleet.procs[i]
+		}
+	}
+	return nil
+}
+
+// ownEntry is this process's entry, made when missing; b.mu is held.
+func (b *Breaker) ownEntry(now time.Time) *procEntry {
+	f := b.fleet
+	if e := b.entry(f.id); e != nil {
+		return e
+	}
+	f.procs = append(f.procs, procEntry{ID: f.id, Lease: now.Add(b.lease())})
+	slices.SortFunc(f.procs, func(a, b procEntry) int { return cmp.Compare(a.ID, b.ID) })
+	return b.entry(f.id)
+}
+
+// syncDecision is what a sync decided: the changes it made to the shared
+// state (to carry if the store does not take them), the line's turn, and
+// the calls whose asking took them out of line.
+type syncDecision struct {
+	wrote []change
+	turn  lineTurn
+	takes []*waiter
+}
+
+// decideBatch makes the decisions of batch on the view, at now: the
+// outcomes first, then the line's turn, then the calls that ask. It
+// changes the view but not the line, which deliver changes once the
+// decision stands. b.mu is held.
+func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
+	f := b.fleet
+	var d syncDecision
+	b.expireProcs(now)
+	if !f.local {
+		// What an earlier write did not get into the store.
+		for _, c := range f.carry {
+			b.apply(c)
+		}
+	}
+	for _, r := range batch {
+		if r.kind == toObserve {
+			c := change{at: r.now, observe: true, t: r.t, o: r.o}
+			b.apply(c)
+			d.wrote = append(d.wrote, c)
+		}
+	}
+	d.turn = b.turn(now)
+	if d.turn.let != nil {
+		d.wrote = append(d.wrote, change{at: now, t: d.turn.t})
+	}
+	for _, r := range batch {
+		if r.kind != toAdmit || r.gone {
+			continue
+		}
+		switch w := r.w; {
+		case w != nil && w.granted:
+			r.v = verdict{pass: true, t: w.t}
+		case w != nil && w == d.turn.let:
+			// Let through by this very turn: the answer, not a wake.
+			r.v = verdict{pass: true, t: d.turn.t}
+			d.turn.let = nil
+			d.takes = append(d.takes, w)
+		default:
+			v, take := b.answer(now, w)
+			r.v = v
+			if take {
+				d.takes = append(d.takes, w)
+			}
+			if v.pass {
+				d.wrote = append(d.wrote, change{at: now, t: v.t})
+			}
+		}
+	}
+	b.publish(now, d)
+	for _, r := range batch {
+		if r.kind == toAdmit {
+			dbg(b, "admit w=%p -> pass=%v turn=%v paced=%v until=%v", r.w, r.v.pass, r.v.turn, r.v.paced, r.v.until.Format("05.000"))
+		}
+	}
+	if d.turn.let != nil {
+		dbg(b, "turn lets %p", d.turn.let)
+	}
+	dbg(b, "batch %d: waiting=%d first=%p others=%d S=%d R=%d inflight=%d gate=%s", len(batch), b.line.waiting(), b.line.first(), b.othersAhead(maxTime), b.pacing.sentSince(), b.pacing.report.requests.remaining, b.pacing.inFlight(), b.line.gate.Format("05.000"))
+	return d
+}
+
+// apply makes change c on the view; b.mu is held.
+func (b *Breaker) apply(c change) {
+	e := b.ownEntry(c.at)
+	if !c.observe {
+		// A request let through while the store failed: the fleet
+		// counts it in flight from now.
+		if c.t.local {
+			b.pacing.admit(c.at, !b.NoPacing)
+			e.InFlight++
+		}
+		return
+	}
+	t := c.t
+	if t.local {
+		// Numbered by this process alone: S counts from the fleet's
+		// requests in flight now.
+		t.seq, t.base = b.pacing.admitted, b.pacing.back
+	}
+	e.InFlight = max(e.InFlight-1, 0)
+	b.settle(c.at, t, c.o)
+}
+
+// probeName is the owner name of the probe let through with ticket t.
+func (b *Breaker) probeName(t ticket) string {
+	return b.fleet.id + "/" + strconv.FormatUint(t.seq, 10)
+}
+
+// expireProcs drops the entries of processes whose lease ran out by now:
+// their requests are taken as back, and a probe they held is free. b.mu
+// is held.
+func (b *Breaker) expireProcs(now time.Time) {
+	f := b.fleet
+	f.procs = slices.DeleteFunc(f.procs, func(e procEntry) bool {
+		if e.ID == f.id || now.Before(e.Lease) {
+			return false
+		}
+		b.pacing.back = min(b.pacing.back+uint64(max(e.InFlight, 0)), b.pacing.admitted)
+		return true
+	})
+	if b.health.probing && !f.probeAt.IsZero() && !now.Before(f.probeAt) {
+		b.health.probing, f.probe, f.probeAt = false, "", time.Time{}
+	}
+}
+
+// othersAhead is how many calls of other processes stand before a call
+// begun at start in the fleet's line: every call of each process whose
+// first call began earlier (the safe side: they may all have). Without a
+// Store, none. b.mu is held.
+func (b *Breaker) othersAhead(start time.Time) int {
+	f := b.fleet
+	if f == nil || b.Store == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range f.procs {
+		if e.ID == f.id || e.Head.IsZero() || e.Waiting == 0 {
+			continue
+		}
+		if e.Head.Before(start) || (e.Head.Equal(start) && e.ID < f.id) {
+			n += e.Waiting
+		}
+	}
+	return n
+}
+
+// maxTime is later than any call's start.
+var maxTime = time.Unix(1<<62, 0)
+
+// publish writes this process's line, as it stands once d is carried
+// out, into its entry, and drops the entry when it holds nothing. b.mu is
+// held.
+func (b *Breaker) publish(now time.Time, d syncDecision) {
+	f := b.fleet
+	head, n := time.Time{}, b.line.waiting()
+	first := b.line.first()
+	if first != nil && (first == d.turn.let || slices.Contains(d.takes, first)) {
+		first = b.line.queue.second()
+		n--
+	}
+	if first != nil {
+		head = first.start
+	}
+	e := b.entry(f.id)
+	if e == nil {
+		if n == 0 {
+			return
+		}
+		e = b.ownEntry(now)
+	}
+	if !e.Head.Equal(head) || e.Waiting != n {
+		e.Head, e.Waiting = head, n
+		e.Lease = now.Add(b.lease())
+	}
+	if e.InFlight == 0 && e.Waiting == 0 && len(f.carry) == 0 {
+		// Nothing of this process's is in the state: the entry goes, so
+		// that the state does not grow with the processes that ever ran.
+		f.procs = slices.DeleteFunc(f.procs, func(x procEntry) bool { return x.ID == f.id })
+	}
+}
+
+// deliver carries out decision d of batch, hands the answers to their
+// callers, and returns to the breaker the admissions of callers that
+// stopped waiting.
+func (b *Breaker) deliver(batch []*request, d syncDecision, now time.Time) {
+	var back []*request
+	b.mu.Lock()
+	b.carryOut(d.turn)
+	for _, w := range d.takes {
+		b.remove(w)
+	}
+	for _, r := range batch {
+		if r.done == nil {
+			continue
+		}
+		if r.gone && r.v.pass {
+			back = append(back, &request{kind: toObserve, now: now, t: r.v.t, o: outcome{kind: KindCancelled}})
+		}
+		close(r.done)
+	}
+	b.scheduleFleet(now)
+	b.mu.Unlock()
+	for _, r := range back {
+		b.enqueue(r)
+	}
+}
+
+// scheduleFleet sets the timer for the next time this process's first
+// call's lot can change by the view, and says whether a change by
+// another process should wake the line now. b.mu is held.
+func (b *Breaker) scheduleFleet(now time.Time) {
+	f := b.fleet
+	b.watchAsNeeded()
+	w := b.line.first()
+	f.listen = false
+	if w == nil {
+		b.setTimer(now, time.Time{})
+		return
+	}
+	ahead := b.othersAhead(w.start)
+	h := &b.health
+	var next time.Time
+	switch {
+	case now.Before(b.line.gate):
+		next = b.line.gate.Add(time.Duration(ahead) * handOff)
+	case now.Before(h.until):
+		next = h.until
+	case !h.until.IsZero():
+		// Half-open with a probe in flight: its outcome is another
+		// process's write, or this one's.
+		f.listen = true
+		next = f.probeAt
+	default:
+		held, until := b.pacing.hold(now, int64(ahead))
+		switch {
+		case b.NoPacing || !held:
+			// Others ahead are let go first, a handOff apart.
+			next = now.Add(time.Duration(max(ahead, 1)) * handOff)
+		case !until.IsZero():
+			next = until
+		case ahead == 0:
+			// The fleet's first, waiting for an answer: any write may
+			// bring it.
+			f.listen = true
+			next = b.pacing.nextChange(now)
+		default:
+			// Others ahead, waiting for answers: their turns pass at the
+			// provider's pace.
+			next = now.Add(time.Duration(ahead) * b.pacing.pace())
+			if c := b.pacing.nextChange(now); !c.IsZero() && c.Before(next) {
+				next = c
+			}
+		}
+	}
+	dbg(b, "schedule next=%s listen=%v ahead=%d", next.Format("05.000"), f.listen, ahead)
+	b.setTimer(now, next)
+}
+
+// watchAsNeeded starts the watch of the key while this process has calls
+// waiting or requests in flight, and stops it when it has neither: a
+// view is fresh only while a watch would tell of another's change. b.mu
+// is held.
+func (b *Breaker) watchAsNeeded() {
+	f := b.fleet
+	busy := !b.line.empty()
+	if e := b.entry(f.id); e != nil && e.InFlight > 0 {
+		busy = true
+	}
+	switch {
+	case busy && f.watch == nil:
+		ctx, cancel := context.WithCancel(context.Background())
+		f.watch = cancel
+		go b.watchLoop(ctx)
+	case !busy && f.watch != nil:
+		f.watch()
+		f.watch = nil
+		// Unwatched, changes go unheard: read before the next decision.
+		f.stale = true
+	}
+}
+
+// sharedPoll is how often a waiting process looks at the state when its
+// store cannot watch.
+const sharedPoll = 500 * time.Millisecond
+
+// watchLoop marks the view stale on every change another process makes,
+// and wakes the line when it listens; it polls when the store cannot
+// watch.
+func (b *Breaker) watchLoop(ctx context.Context) {
+	// A watch that fails is no decision: the view is then only ever
+	// taken as stale, and waiting calls poll.
+	ch, err := b.Store.Watch(ctx, b.Key)
+	var tick <-chan time.Time
+	if err != nil || ch == nil {
+		t := time.NewTicker(sharedPoll)
+		defer t.Stop()
+		tick = t.C
+	}
+	// A change made before the watch began went unheard.
+	b.heard(false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				ch = nil
+				if tick == nil {
+					t := time.NewTicker(sharedPoll)
+					defer t.Stop()
+					tick = t.C
+				}
+				continue
+			}
+			b.heard(true)
+		case <-tick:
+			b.heard(false)
+		}
+	}
+}
+
+// heard records a change of the state: one of this process's own writes
+// when notice is set and such a notice is due, and otherwise another's,
+// which makes the view stale and, when the line listens, gives it its
+// turn.
+func (b *Breaker) heard(notice bool) {
+	b.mu.Lock()
+	dbg(b, "heard notice=%v own=%d listen=%v", notice, b.fleet.own, b.fleet.listen)
+	f := b.fleet
+	if notice && f.own > 0 && !f.listen {
+		f.own--
+		b.mu.Unlock()
+		return
+	}
+	f.stale = true
+	f.changes++
+	listen := f.listen
+	b.mu.Unlock()
+	if listen {
+		b.enqueue(&request{kind: toTurn, now: time.Now()})
+	}
+}
