@@ -130,8 +130,8 @@ func TestPaceFreshestReport(t *testing.T) {
 // the two is counted, the safe side.)
 func TestPaceCountsFromSend(t *testing.T) {
 	b := &Breaker{}
-	back := b.letThrough(p0.Add(-4*time.Millisecond), verdict{pass: true})   // back before the report's request was let through: the provider had it
-	slow := b.letThrough(p0.Add(-3*time.Millisecond), verdict{pass: true})   // let through before, but in flight at the send: it may have got there later
+	back := b.letThrough(p0.Add(-4*time.Millisecond), verdict{pass: true}) // back before the report's request was let through: the provider had it
+	slow := b.letThrough(p0.Add(-3*time.Millisecond), verdict{pass: true}) // let through before, but in flight at the send: it may have got there later
 	b.pacing.settle(p0.Add(-3*time.Millisecond), back.t, limitReport{}, false)
 	own := b.letThrough(p0.Add(-2*time.Millisecond), verdict{pass: true})    // the report's request, let through before its send
 	between := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})  // after it, but before its send
@@ -271,8 +271,8 @@ func TestPaceOldReportRefills(t *testing.T) {
 		tk := b.letThrough(at, verdict{pass: true})
 		b.pacing.settle(at.Add(100*time.Millisecond), tk.t, limitReport{}, false)
 	}
-	last := p0.Add(50 * time.Second) // the last admission was at 49.5s
-	tk := b.letThrough(last, verdict{pass: true})        // one still in flight: liveness cannot help
+	last := p0.Add(50 * time.Second)              // the last admission was at 49.5s
+	tk := b.letThrough(last, verdict{pass: true}) // one still in flight: liveness cannot help
 	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
 	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.
 	if got := b.admit(p0.Add(70*time.Second), nil, time.Time{}).pass; got {

@@ -94,7 +94,7 @@ type shared struct {
 	Kind       Kind      `json:"kind,omitempty"`
 	Hinted     bool      `json:"hinted,omitempty"`
 	Opened     int       `json:"opened,omitempty"`
-	ProbeOwner string    `json:"probe,omitempty"`       // the process that holds the half-open probe, and the probe's number
+	ProbeOwner string    `json:"probe,omitempty"`      // the process that holds the half-open probe, and the probe's number
 	ProbeUntil time.Time `json:"probe_until,omitzero"` // when its lease runs out
 
 	Report     *sharedReport `json:"report,omitempty"`
