@@ -55,7 +55,8 @@ type DeadLetter struct {
 // runs before it that were kept (always a list, never null), each encoded
 // the same way: json.Marshal(err) when err implements json.Marshaler, as
 // the chain's four error types do (their record: outcome, item_retryable,
-// error text, attempts; see [llmretry.Exhausted]), and otherwise
+// error text, attempts, the raw output in them redacted; see
+// [llmretry.Exhausted]), and otherwise
 // {"error": text}, with text the redacted Error ([llmretry.Redact]), so
 // that .error.error is the error's text whatever its type. A nil error
 // encodes as null.
