@@ -264,11 +264,12 @@ func (c *Cancelled) outcome() (Kind, detail) { return lastOf(c.Attempts, KindCan
 func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if a := &attempts[i]; a.Kind == kind {
-			// An inner chain's attempts are what its outer attempt cost.
-			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter, usage: usagePtr(attempts)}
+			// No usage: an inner chain reports what it cost to the
+			// attempt that ran it through the context, when it returns.
+			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter}
 		}
 	}
-	return kind, detail{usage: usagePtr(attempts)}
+	return kind, detail{}
 }
 
 // sameError reports whether err is target itself, compared as errors.Is

@@ -24,13 +24,22 @@ func (u Usage) Add(v Usage) Usage {
 
 // ReportUsage tells the chain what the attempt running under ctx cost, as
 // the provider reported it: a response's usage block, or a stream's usage
-// event. The attempt's record carries it as [Attempt.Usage]. Of several
-// reports the last wins, and the Usage of a [*Failure] the Call returns
-// wins over all of them. A backend's Call makes its reports before it
-// returns; one made after is not seen. With a nil ctx or a context that is
-// not an attempt's it does nothing; in nested chains it reports to the
-// innermost attempt, whose backend the response came from. It is safe to
-// call from any goroutine.
+// event. The attempt's record carries it as [Attempt.Usage]. A Call's own
+// reports replace one another, the last one winning, since a provider
+// reports a running total (a stream's usage events count up to the
+// response's); the Usage of a [*Failure] the Call returns replaces them
+// all. What the chains a Call runs under the attempt's context cost is
+// added to that: each such inner [Chain.Do] reports, when it returns, the
+// total of all its attempts, failed ones included, so a Call that runs an
+// inner chain twice is charged for both runs. An inner chain run under a
+// [Standalone] context, or a context not derived from the attempt's,
+// reports to no enclosing attempt, and its error, returned by the Call,
+// carries no cost into the record either: its records keep their own.
+//
+// A backend's Call makes its reports before it returns; one made after is
+// not seen. With a nil ctx or a context that is not an attempt's it does
+// nothing; in nested chains it reports to the innermost attempt, whose
+// backend the response came from. It is safe to call from any goroutine.
 func ReportUsage(ctx context.Context, u Usage) {
 	if ctx == nil {
 		return
@@ -40,18 +49,49 @@ func ReportUsage(ctx context.Context, u Usage) {
 	}
 }
 
-// setUsage keeps u as what the attempt cost, replacing any earlier report.
+// setUsage keeps u as what the attempt's Call reported it cost, replacing
+// its earlier report.
 func (a *attemptCtx) setUsage(u Usage) {
 	a.limitsMu.Lock()
-	a.usage = &u
+	a.own = &u
 	a.limitsMu.Unlock()
 }
 
-// reportedUsage is the usage the attempt's Call reported, nil when none.
-func (a *attemptCtx) reportedUsage() *Usage {
+// addNested adds u, what an inner chain run under the attempt cost, to the
+// attempt's cost: each inner call's cost is its own, billed on top of the
+// others'.
+func (a *attemptCtx) addNested(u Usage) {
 	a.limitsMu.Lock()
 	defer a.limitsMu.Unlock()
-	return a.usage
+	if a.nested != nil {
+		u = a.nested.Add(u)
+	}
+	a.nested = &u
+}
+
+// cost is what the attempt cost: the Call's own report, or failure (the
+// Usage of the Failure it returned) in its place when that is not nil,
+// plus what the inner chains run under it cost. It is nil when none of
+// them is known, and a fresh value otherwise, which the record keeps.
+func (a *attemptCtx) cost(failure *Usage) *Usage {
+	a.limitsMu.Lock()
+	defer a.limitsMu.Unlock()
+	own := a.own
+	if failure != nil {
+		own = failure
+	}
+	switch {
+	case own == nil && a.nested == nil:
+		return nil
+	case own == nil:
+		u := *a.nested
+		return &u
+	case a.nested == nil:
+		u := *own
+		return &u
+	}
+	u := own.Add(*a.nested)
+	return &u
 }
 
 // TotalUsage sums the usage the attempts' records carry, and counts the

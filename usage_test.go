@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -179,5 +180,129 @@ func TestNestedSuccessUsage(t *testing.T) {
 	}
 	if _, unknown := llmretry.TotalUsage(seen); unknown != 0 {
 		t.Errorf("TotalUsage counts %d unknown, want 0: the inner chain reported its cost", unknown)
+	}
+}
+
+// A Call that runs inner chains is charged for every one of them, on top
+// of its own last report: inner calls add, a Call's own reports replace
+// one another, and a chain run under Standalone is charged to no one.
+func TestNestedUsageAddsUp(t *testing.T) {
+	u := func(in, out int64) *llmretry.Usage { return &llmretry.Usage{InputTokens: in, OutputTokens: out} }
+	tenOne := func(ctx context.Context, req string) (string, error) {
+		llmretry.ReportUsage(ctx, *u(10, 1))
+		return "ok", nil
+	}
+	failTenOne := func(ctx context.Context, req string) (string, error) {
+		f := busy("inner down")
+		f.Usage = u(10, 1)
+		return "", f
+	}
+	answering := &chain{Backends: []backend{{Model: "in", Call: tenOne}}}
+	failing := &chain{Backends: []backend{{Model: "in", Call: failTenOne}}}
+	tests := []struct {
+		name string
+		call func(ctx context.Context, req string) (string, error)
+		want *llmretry.Usage
+	}{
+		{
+			name: "two_inner_calls",
+			call: func(ctx context.Context, req string) (string, error) {
+				if _, err := answering.Do(ctx, req); err != nil {
+					return "", err
+				}
+				return answering.Do(ctx, req)
+			},
+			want: u(20, 2),
+		},
+		{
+			name: "failed_then_answered",
+			call: func(ctx context.Context, req string) (string, error) {
+				if _, err := failing.Do(ctx, req); err == nil {
+					return "", errors.New("inner chain answered, want its failure")
+				}
+				return answering.Do(ctx, req)
+			},
+			want: u(20, 2),
+		},
+		{
+			name: "answered_then_failed",
+			call: func(ctx context.Context, req string) (string, error) {
+				if _, err := answering.Do(ctx, req); err != nil {
+					return "", err
+				}
+				return failing.Do(ctx, req) // its error is the record's; its cost counted once
+			},
+			want: u(20, 2),
+		},
+		{
+			name: "own_reports_replace_inner_add",
+			call: func(ctx context.Context, req string) (string, error) {
+				llmretry.ReportUsage(ctx, *u(3, 0)) // a stream's running total...
+				answering.Do(ctx, req)
+				llmretry.ReportUsage(ctx, *u(5, 2)) // ...replaced by its final one
+				return answering.Do(ctx, req)
+			},
+			want: u(25, 4),
+		},
+		{
+			name: "standalone_not_charged",
+			call: func(ctx context.Context, req string) (string, error) {
+				answering.Do(llmretry.Standalone(ctx), req)
+				return answering.Do(ctx, req)
+			},
+			want: u(10, 1),
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecorder()
+			outer := &chain{Backends: []backend{{Model: "out", Call: tc.call}}, OnAttempt: rec.OnAttempt}
+			_, err := outer.Do(context.Background(), "hi")
+			seen, _ := rec.seen()
+			if len(seen) != 1 {
+				t.Fatalf("Do() = %v with %d records, want one", err, len(seen))
+			}
+			if d := cmp.Diff(tc.want, seen[0].Usage); d != "" {
+				t.Errorf("outer record's usage differs (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// Chains nested three deep charge each level once: the outermost record
+// holds what every innermost call cost, and the error's total is not
+// doubled by the inner error it carries.
+func TestNestedUsageThreeDeep(t *testing.T) {
+	innermost := &chain{Backends: []backend{{Model: "c", Call: func(ctx context.Context, req string) (string, error) {
+		f := busy("down")
+		f.Usage = &llmretry.Usage{InputTokens: 10, OutputTokens: 1}
+		return "", f
+	}}}}
+	middle := &chain{Backends: []backend{{Model: "b", Call: func(ctx context.Context, req string) (string, error) {
+		innermost.Do(ctx, req)
+		return innermost.Do(ctx, req)
+	}}}}
+	outer := &chain{Backends: []backend{{Model: "a", Call: func(ctx context.Context, req string) (string, error) {
+		middle.Do(ctx, req)
+		return middle.Do(ctx, req)
+	}}}}
+	_, err := outer.Do(context.Background(), "hi")
+	var ex *llmretry.Exhausted
+	if !errors.As(err, &ex) || len(ex.Attempts) != 1 {
+		t.Fatalf("Do() = %v, want an Exhausted with one record", err)
+	}
+	want := &llmretry.Usage{InputTokens: 40, OutputTokens: 4}
+	if d := cmp.Diff(want, ex.Attempts[0].Usage); d != "" {
+		t.Errorf("outer record's usage differs (-want +got):\n%s", d)
+	}
+	var rec struct {
+		Usage *llmretry.Usage `json:"usage"`
+	}
+	b, _ := json.Marshal(err)
+	if jerr := json.Unmarshal(b, &rec); jerr != nil {
+		t.Fatal(jerr)
+	}
+	if d := cmp.Diff(want, rec.Usage); d != "" {
+		t.Errorf("error JSON's usage differs (-want +got):\n%s", d)
 	}
 }
