@@ -34,7 +34,7 @@ type Attempt struct {
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
-	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); nil when it reported nothing, which is unknown, not zero
+	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure

@@ -562,11 +562,11 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		end.limits, end.hasLimits = mark.reported()
 	}
 	if err == nil {
-		a.Usage = mark.cost(nil)
+		a.Usage = mark.cost(nil, nil)
 		return resp, a, end
 	}
 	kind, d := outcomeOf(err)
-	a.Usage = mark.cost(d.usage)
+	a.Usage = mark.cost(d.usage, err)
 	if d.limits != nil && b.Breaker != nil {
 		// StatusFailure read the headers without knowing the send. A
 		// Failure built before the attempt (a fake's, say) was read

@@ -93,8 +93,8 @@ func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.At
 // MarshalJSON encodes the record a dead-letter table keeps: outcome
 // "exhausted", item_retryable, error (the redacted Error text), usage
 // (the total the attempts' records carry, absent when none carries any),
-// usage_unknown (how many attempts were sent whose cost is unknown, see
-// [TotalUsage]) and attempts (as [Attempt.MarshalJSON] writes them, raw
+// usage_unknown (how many attempts may have reached a provider and have
+// no known cost, 0 included; see [TotalUsage]) and attempts (as [Attempt.MarshalJSON] writes them, raw
 // output redacted).
 func (e *Exhausted) MarshalJSON() ([]byte, error) {
 	return marshalError("exhausted", e, e.Attempts, nil)
@@ -596,7 +596,7 @@ type errorJSON struct {
 	Error         string    `json:"error"`
 	Cause         string    `json:"cause,omitempty"`
 	Usage         *Usage    `json:"usage,omitempty"` // the total the attempts' records carry; absent when none carries any
-	UsageUnknown  int       `json:"usage_unknown"`   // attempts sent whose cost is unknown (see TotalUsage)
+	UsageUnknown  int       `json:"usage_unknown"`   // attempts that may have reached a provider whose cost is unknown (see TotalUsage); 0 is written
 	Attempts      []Attempt `json:"attempts"`
 }
 

@@ -1,6 +1,11 @@
 package llmretry
 
-import "context"
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+)
 
 // Usage is what a provider reported that one attempt cost, in tokens. A
 // record's Usage is nil when the provider reported none: unknown, which
@@ -71,9 +76,11 @@ func (a *attemptCtx) addNested(u Usage) {
 
 // cost is what the attempt cost: the Call's own report, or failure (the
 // Usage of the Failure it returned) in its place when that is not nil,
-// plus what the inner chains run under it cost. It is nil when none of
-// them is known, and a fresh value otherwise, which the record keeps.
-func (a *attemptCtx) cost(failure *Usage) *Usage {
+// plus what the inner chains run under it cost. When none of them is
+// known it is zero if err says the request never left (see sentNothing),
+// and nil (unknown) otherwise. It is a fresh value, which the record
+// keeps.
+func (a *attemptCtx) cost(failure *Usage, err error) *Usage {
 	a.limitsMu.Lock()
 	defer a.limitsMu.Unlock()
 	own := a.own
@@ -82,6 +89,9 @@ func (a *attemptCtx) cost(failure *Usage) *Usage {
 	}
 	switch {
 	case own == nil && a.nested == nil:
+		if sentNothing(err) {
+			return &Usage{}
+		}
 		return nil
 	case own == nil:
 		u := *a.nested
@@ -94,6 +104,43 @@ func (a *attemptCtx) cost(failure *Usage) *Usage {
 	return &u
 }
 
+// sentNothing reports whether err says that the request certainly never
+// reached the provider, which then cannot have billed it: the connection
+// was refused, the dial (to the provider or to a proxy) failed or timed
+// out, or the host's name did not resolve. A connection reset or cut
+// after it was made is not among them: the request may have been sent
+// whole. An error that wraps none of these, an inner chain's included
+// (its attempts' errors are not in its tree), reports false.
+//
+// It walks err's tree itself, without errors.As, which would allocate on
+// every failed attempt: the first of these errors on a branch decides it,
+// and a joined error (a client that tried twice, say) sent nothing only
+// when each of its errors says so.
+func sentNothing(err error) bool {
+	for err != nil {
+		switch e := err.(type) {
+		case *net.DNSError:
+			return true
+		case *net.OpError:
+			// The first OpError speaks for the connection: a read's or a
+			// write's came after it was made.
+			return e.Op == "dial" || e.Op == "proxyconnect"
+		case syscall.Errno:
+			return e == syscall.ECONNREFUSED
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			for _, e := range errs {
+				if !sentNothing(e) {
+					return false
+				}
+			}
+			return len(errs) > 0
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
+}
+
 // TotalUsage sums the usage the attempts' records carry, and counts the
 // attempts whose cost is unknown: sent (not skipped), with no Usage, and
 // not answered with an HTTP error status (400 and above). Among failures
@@ -101,7 +148,9 @@ func (a *attemptCtx) cost(failure *Usage) *Usage {
 // billed, and an answer that was billed but came without usage; a
 // success among them is one whose backend reported no usage. An attempt
 // answered with an error status and no usage is not counted: providers
-// do not bill a request they refused.
+// do not bill a request they refused. Nor is one whose request never
+// reached the provider (a refused connection, a failed dial or DNS
+// lookup): the chain records its Usage as zero, known, not unknown.
 func TotalUsage(attempts []Attempt) (total Usage, unknown int) {
 	for i := range attempts {
 		a := &attempts[i]

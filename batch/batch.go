@@ -58,7 +58,9 @@ type Counts struct {
 	Usage llmretry.Usage
 	// UsageUnknown counts the attempts sent whose cost is unknown: no
 	// usage reported and no response seen, such as a timeout, which the
-	// provider may have billed (see [llmretry.TotalUsage]).
+	// provider may have billed (see [llmretry.TotalUsage]). An attempt
+	// whose request never reached a provider, such as a refused
+	// connection, cost nothing and is not counted.
 	UsageUnknown int
 }
 
