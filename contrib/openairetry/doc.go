@@ -25,13 +25,14 @@
 // *responses.Response, so backends of other providers can stand in the
 // same chain.
 //
-// A streaming backend with an emit hands the text to it as it arrives,
-// and marks the attempt [llmretry.Delivered]: a failure after that is
-// returned at once, never sent again, since the caller holds part of the
-// answer. With a nil emit it holds the answer and returns it whole,
-// reporting [llmretry.Progress] for every event: StallTimeout then cuts a
-// stream that falls silent, and a stream that breaks is sent again or to
-// the next backend, as a plain request is. Use that for a gateway that
+// A streaming backend reports [llmretry.Progress] for every event it
+// reads, text or not, so StallTimeout cuts a stream that falls silent and
+// never one that is busy, with a tool call say. With an emit it hands the
+// text to it as it arrives, and marks the attempt [llmretry.Delivered]: a
+// failure after that is returned at once, never sent again, since the
+// caller holds part of the answer. With a nil emit it holds the answer
+// and returns it whole, and a stream that breaks is sent again or to the
+// next backend, as a plain request is. Use that for a gateway that
 // answers only once the answer is whole, or a batch job that streams only
 // so that a stall can be cut.
 //
@@ -109,8 +110,8 @@
 // answer, so a healthy stream that is still sending is cut and, with text
 // delivered, cannot be retried. Set Timeout on the returned Backend to
 // bound each attempt, and, for [ChatStream] and [ResponsesStream],
-// StallTimeout to bound the silence before the first piece of text and
-// between later ones (between any two events, with a nil emit). An
+// StallTimeout to bound the silence before the first event and between
+// any two. An
 // attempt that one of them ends fails with the chain's cause,
 // [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled], rather than the
 // SDK's bare context error, so its record says whose clock ran out.

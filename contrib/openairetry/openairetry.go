@@ -72,15 +72,16 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 // non-empty piece of text, and again with every later one, Call marks the
 // attempt with [llmretry.Delivered]: from then on a failure is returned
 // at once, neither resent nor passed to the next backend, since the
-// caller already holds part of the answer. Only text counts: a stream
-// that sends nothing but tool calls is never marked, and StallTimeout
-// measures it from the attempt's start.
+// caller already holds part of the answer. Only text is delivered: a
+// stream that sends nothing but tool calls is never marked. In both
+// modes every chunk it reads, text or not, is reported with
+// [llmretry.Progress], which restarts StallTimeout, so StallTimeout
+// measures the time without a chunk.
 //
-// With a nil emit, Call holds the answer and returns it whole: every
-// chunk it reads is reported with [llmretry.Progress], which restarts
-// StallTimeout but delivers nothing, so a stream that breaks, stalls or
-// garbles an event partway is sent again, or to the next backend, as a
-// plain request would be. Use it to bound a long answer by its silences
+// With a nil emit, Call holds the answer and returns it whole: progress
+// delivers nothing, so a stream that breaks, stalls or garbles an event
+// partway is sent again, or to the next backend, as a plain request
+// would be. Use it to bound a long answer by its silences
 // rather than by one Timeout.
 //
 // An error event inside the stream is transient, except an

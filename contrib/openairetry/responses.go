@@ -62,12 +62,16 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 // [Responses]. Set Retry, Timeout and StallTimeout on the returned
 // Backend.
 //
-// With an emit, each response.output_text.delta is handed to emit as it
-// arrives, and the attempt is marked with [llmretry.Delivered] just
-// before, as [ChatStream] does: from then on a failure ends the chain.
-// With a nil emit, the answer is held and returned whole, every event is
-// reported with [llmretry.Progress], and a failure partway is sent again
-// or to the next backend, as [ChatStream] does with a nil emit.
+// Every event the stream sends, text or not (a tool call's arguments,
+// a reasoning summary, a built-in tool's progress), is reported with
+// [llmretry.Progress], so StallTimeout measures the time without an
+// event: a stream busy calling a tool is not cut. With an emit, each
+// response.output_text.delta is handed to emit as it arrives, and the
+// attempt is marked with [llmretry.Delivered] just before, as
+// [ChatStream] does: from then on a failure ends the chain. With a nil
+// emit, the answer is held and returned whole, and a failure partway is
+// sent again or to the next backend, as [ChatStream] does with a nil
+// emit.
 //
 // The stream ends at its first response.completed, response.incomplete
 // or response.failed event, whose response is judged as [Responses]
@@ -96,9 +100,11 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 			var text strings.Builder
 			for stream.Next() {
 				ev := stream.Current()
-				if emit == nil {
-					llmretry.Progress(ctx)
-				}
+				// Every event is progress, text or not (a tool call's
+				// arguments, a reasoning summary, a tool's progress), in
+				// both modes: StallTimeout measures the time without an
+				// event, as it does for ChatStream.
+				llmretry.Progress(ctx)
 				switch ev.Type {
 				case "response.output_text.delta":
 					if ev.Delta == "" {
