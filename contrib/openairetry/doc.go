@@ -74,7 +74,8 @@
 //   - [llmretry.KindTruncated]: finish_reason "length", or a response
 //     incomplete with reason "max_output_tokens", with the partial text.
 //   - [llmretry.KindParse], retried: an answer with neither text nor a
-//     tool call.
+//     tool call; when the model refused (a message's refusal, a
+//     response's refusal part), the refusal's text is kept as raw text.
 //   - [llmretry.KindTimeout]: the backend's Timeout or StallTimeout.
 //
 // API errors carry the HTTP status, the provider's error type, code,

@@ -26,7 +26,9 @@ import (
 // text, its StopReason "completed" and its Raw the *responses.Response;
 // one with neither text nor a call of a tool of the caller's (a
 // function, custom tool, computer, shell or patch call, or an MCP
-// approval request) fails with [llmretry.ParseFailure]. "incomplete"
+// approval request) fails with [llmretry.ParseFailure], keeping the text
+// of the model's refusal, if it refused, as raw text, as [Chat] does.
+// "incomplete"
 // fails: for incomplete_details reason "max_output_tokens" with
 // [llmretry.Truncation] and the partial text, for "content_filter" with
 // [llmretry.Refusal], and for any other reason as a transient failure. "failed" fails as the response's error
@@ -200,8 +202,9 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 	}
 	if text == "" && !hasFunctionCall(r) {
 		// Sampling differs between tries, so an empty answer is worth
-		// another one.
-		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure("",
+		// another one; a refusal counts as empty, and its text is kept
+		// for the record, as Chat keeps a message's refusal.
+		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure(refusalOf(r),
 			errors.New("openairetry: response has no text and no function call"+suffix)), usage)
 	}
 	if usage != nil {
@@ -215,6 +218,23 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 		OutputTokens: r.Usage.OutputTokens,
 		Raw:          r,
 	}, nil
+}
+
+// refusalOf is the text of the response's refusals: the refusal parts of
+// its output messages, joined.
+func refusalOf(r *responses.Response) string {
+	var b strings.Builder
+	for _, item := range r.Output {
+		if item.Type != "message" {
+			continue
+		}
+		for _, part := range item.Content {
+			if part.Type == "refusal" {
+				b.WriteString(part.Refusal)
+			}
+		}
+	}
+	return b.String()
 }
 
 // hasFunctionCall reports whether the response asks the caller to make a
