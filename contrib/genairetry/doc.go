@@ -49,10 +49,11 @@
 //	401, 403, 404                           rejected
 //	other statuses                          by [llmretry.ClassifyStatus]
 //	finishReason MAX_TOKENS                 truncated, keeping the partial text
-//	finishReason SAFETY, PROHIBITED_CONTENT,
-//	BLOCKLIST, SPII, IMAGE_SAFETY,
-//	IMAGE_PROHIBITED_CONTENT; a prompt
-//	blocked by promptFeedback.blockReason   refused ([llmretry.Refusal]), keeping the partial text
+//	finishReason SAFETY, RECITATION,
+//	PROHIBITED_CONTENT, BLOCKLIST, SPII,
+//	IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT,
+//	IMAGE_RECITATION; a prompt blocked
+//	by promptFeedback.blockReason           refused ([llmretry.Refusal]), keeping the partial text
 //	no text and no function call            parse (another sample may differ)
 //	no finishReason; a stream cut or ended
 //	before one; an undecodable body or event transient

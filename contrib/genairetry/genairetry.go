@@ -23,8 +23,9 @@ import (
 // off for it, whatever client and config say, on a copy of the config
 // (build's is not changed). Errors are mapped by [Failure]. An answer
 // that stopped at MAX_TOKENS is a [llmretry.Truncation], one blocked for
-// its content (finishReason SAFETY, PROHIBITED_CONTENT, BLOCKLIST, SPII,
-// IMAGE_SAFETY or IMAGE_PROHIBITED_CONTENT, or a prompt blocked by
+// its content (finishReason SAFETY, RECITATION, PROHIBITED_CONTENT,
+// BLOCKLIST, SPII, IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT or
+// IMAGE_RECITATION, or a prompt blocked by
 // promptFeedback.blockReason) a [llmretry.Refusal], one with neither text
 // nor a function call a [llmretry.ParseFailure], and one without a
 // finishReason a transient failure. Usage is reported from usageMetadata
@@ -318,14 +319,18 @@ func usageOf(m *genai.GenerateContentResponseUsageMetadata) *llmretry.Usage {
 
 // refusals are the finish reasons by which Gemini stops an answer for
 // its content. Another sample or another provider is no cure: the chain
-// keeps the refusal.
+// keeps the refusal. RECITATION is among them: Gemini cut the answer
+// off where it began to recite a source, so the text it did send is not
+// an answer, and must not pass for one.
 var refusals = map[genai.FinishReason]bool{
 	genai.FinishReasonSafety:                 true,
+	genai.FinishReasonRecitation:             true,
 	genai.FinishReasonProhibitedContent:      true,
 	genai.FinishReasonBlocklist:              true,
 	genai.FinishReasonSPII:                   true,
 	genai.FinishReasonImageSafety:            true,
 	genai.FinishReasonImageProhibitedContent: true,
+	genai.FinishReasonImageRecitation:        true,
 }
 
 // finished reports whether the candidate carries a finish reason: the
