@@ -32,10 +32,14 @@ const KeptRuns = 5
 // DeadLetter is the record of an item that failed for good: its ID, why
 // it is dead, the number of runs it had, and the error of each run (at
 // most [KeptRuns] of them). It holds no request, which may be large or
-// private; the ID finds it.
+// private; the ID finds it. [ReadDeadLetters] reads back what
+// [JSONLines] wrote.
 type DeadLetter struct {
-	ID   string
-	Why  Why
+	ID  string
+	Why Why
+	// Runs counts the runs that sent a request. A run in which the chain
+	// skipped every backend for its breaker sent nothing: it is neither
+	// counted nor kept (see Runner.Runs).
 	Runs int
 	Err  error // the last run's error, as the chain returned it
 	// Earlier holds the errors of the runs before the last, oldest first:
@@ -95,7 +99,7 @@ func errorJSON(err error) (json.RawMessage, error) {
 
 // Sink receives dead letters. Put stores one and returns an error when it
 // could not; a [Runner] then stops (see Runner.Dead). A Runner calls Put
-// from one goroutine at a time.
+// from one goroutine at a time, across all of its concurrent Runs.
 type Sink interface {
 	Put(DeadLetter) error
 }
