@@ -94,7 +94,7 @@ func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.At
 // "exhausted", item_retryable, error (the redacted Error text), usage
 // (the total the attempts' records carry, absent when none carries any),
 // usage_unknown (how many attempts were sent whose cost is unknown, see
-// [TotalUsage]) and attempts.
+// [TotalUsage]) and attempts. [DecodeError] reads it back.
 func (e *Exhausted) MarshalJSON() ([]byte, error) {
 	return marshalError("exhausted", e, e.Attempts, nil)
 }
