@@ -33,6 +33,17 @@
 // other retryable failure, so one backend's confused withdrawal costs the
 // item a run, not the whole batch.
 //
+// # Dead letters
+//
+// [JSONLines] writes each dead letter as a line of JSON: the item's ID,
+// why it is dead, its runs and each kept run's error as the chain's JSON
+// record of it. [ReadDeadLetters] reads such a file back into
+// [DeadLetter] values whose errors are the chain's typed errors again
+// (see [llmretry.DecodeError]), so that a later job can pick the items
+// worth running again by llmretry.RetryItem and llmretry.RetryItemAfter;
+// the command github.com/llmretry/llmretry/cmd/llmretry summarises a
+// file and lists those items.
+//
 // # Counts
 //
 // Every item taken from the iterator ends exactly once, as succeeded, dead
