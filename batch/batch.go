@@ -128,23 +128,39 @@ type Runner[Req, Resp any] struct {
 	OnProgress func(Counts)
 
 	// callbacks is held while a callback runs, by every Run of this
-	// Runner, so that concurrent Runs call them one at a time too. It is
-	// a channel of one token, not a sync.Mutex: a goroutine waiting on a
-	// channel is durably blocked in a testing/synctest bubble, so a
-	// callback that sleeps in virtual time (a slow sink in a user's
-	// test) does not stall the bubble's clock.
-	callbacks     chan struct{}
-	callbacksOnce sync.Once
+	// Runner that is running, so that concurrent Runs call them one at a
+	// time too; running counts those Runs, and mu guards both. The lock
+	// is a channel of one token, not a sync.Mutex: a goroutine waiting on
+	// a channel is durably blocked in a testing/synctest bubble, so a
+	// callback that sleeps in virtual time (a slow sink in a user's test)
+	// does not stall the bubble's clock. It is made anew when a Run
+	// starts and none is running, since a channel made in one bubble may
+	// not be used outside it.
+	mu        sync.Mutex
+	running   int
+	callbacks chan struct{}
 }
 
-// lock takes the Runner's callback lock, made at first use.
-func (r *Runner[Req, Resp]) lock() {
-	r.callbacksOnce.Do(func() { r.callbacks = make(chan struct{}, 1) })
-	r.callbacks <- struct{}{}
+// enter counts a Run in and returns the callback lock it shares with the
+// Runs running beside it.
+func (r *Runner[Req, Resp]) enter() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == 0 {
+		r.callbacks = make(chan struct{}, 1)
+	}
+	r.running++
+	return r.callbacks
 }
 
-// unlock lets the Runner's callback lock go.
-func (r *Runner[Req, Resp]) unlock() { <-r.callbacks }
+// leave counts a Run out.
+func (r *Runner[Req, Resp]) leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running--; r.running == 0 {
+		r.callbacks = nil
+	}
+}
 
 // Run takes items from the iterator (a slice goes in through
 // slices.Values; nil means none), runs each through the Chain until it
@@ -166,6 +182,8 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	if err != nil {
 		return Counts{}, err
 	}
+	b.callbacks = r.enter()
+	defer r.leave()
 	g, gctx := errgroup.WithContext(ctx)
 	b.ctx = gctx
 
@@ -224,12 +242,12 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	// the counts.
 	sinkErr := g.Wait()
 
-	r.lock()
+	b.lock()
 	b.usageMu.Lock()
 	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown
 	b.usageMu.Unlock()
 	counts := b.counts
-	r.unlock()
+	b.unlock()
 	switch {
 	case sinkErr != nil:
 		return counts, sinkErr
@@ -306,12 +324,20 @@ type state[Req, Resp any] struct {
 	slots       chan struct{} // one token per item in a run
 	chain       *llmretry.Chain[Req, Resp]
 
+	callbacks chan struct{} // the Runner's callback lock, shared with the Runs beside this one
+
 	usageMu      sync.Mutex // guards usage and usageUnknown, added to apart from the callbacks' lock
 	usage        llmretry.Usage
 	usageUnknown int
 
-	counts Counts // guarded by the Runner's lock
+	counts Counts // guarded by the callback lock
 }
+
+// lock takes the callback lock, which also guards counts.
+func (b *state[Req, Resp]) lock() { b.callbacks <- struct{}{} }
+
+// unlock lets the callback lock go.
+func (b *state[Req, Resp]) unlock() { <-b.callbacks }
 
 // run takes one item through its runs and ends it; the error is a Sink's.
 // The caller has taken a concurrency slot for the first run.
@@ -425,8 +451,8 @@ func (b *state[Req, Resp]) sleep(d time.Duration) bool {
 
 // succeed ends item as a success.
 func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
-	b.r.lock()
-	defer b.r.unlock()
+	b.lock()
+	defer b.unlock()
 	if b.r.OnResult != nil {
 		b.r.OnResult(item, resp)
 	}
@@ -438,8 +464,8 @@ func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 // dead ends an item as the dead letter d. A failing Sink's error stops the
 // batch.
 func (b *state[Req, Resp]) dead(d DeadLetter) error {
-	b.r.lock()
-	defer b.r.unlock()
+	b.lock()
+	defer b.unlock()
 	putErr := b.r.Dead.Put(d)
 	b.counts.Dead++
 	b.progress()
@@ -451,8 +477,8 @@ func (b *state[Req, Resp]) dead(d DeadLetter) error {
 
 // notRun ends item as not run; last is its last run's error, if it ran.
 func (b *state[Req, Resp]) notRun(item Item[Req], last error) error {
-	b.r.lock()
-	defer b.r.unlock()
+	b.lock()
+	defer b.unlock()
 	if b.r.OnNotRun != nil {
 		b.r.OnNotRun(item, last)
 	}
@@ -469,7 +495,7 @@ func (b *state[Req, Resp]) cost(a llmretry.Attempt) {
 	b.usageMu.Unlock()
 }
 
-// progress reports the counts; the Runner's lock is held.
+// progress reports the counts; the callback lock is held.
 func (b *state[Req, Resp]) progress() {
 	b.usageMu.Lock()
 	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown

@@ -188,12 +188,13 @@ func TestReadDeadLettersFromARun(t *testing.T) {
 		if diff := cmp.Diff(want, gotViews, sameText, sameInstant); diff != "" {
 			t.Errorf("dead letters read back (-written +read):\n%s", diff)
 		}
-		// The run had dead letters of every sort the demo makes: the 10
-		// long items, the 4 broken and 3 limited ones (and an ordinary
-		// one that met the outage and the rate limit on every run, as
-		// goroutines happen to be scheduled).
-		if n := outcomes["not_retryable *llmretry.Truncated"]; n != 10 || outcomes["runs_used *llmretry.Exhausted"] < 7 || len(outcomes) != 2 || advised == 0 {
-			t.Errorf("dead letters by why and type: %v, %d with a RetryItemAfter; want 10 truncated, not retryable, at least 7 exhausted after their runs, some with a RetryItemAfter", outcomes, advised)
+		// The run had dead letters of every sort the demo makes: the long
+		// items (10, less any that met the outage and the rate limit on
+		// every run, as goroutines happen to be scheduled, and used its
+		// runs up), the 4 broken and the 3 limited ones, which end last,
+		// still advised to wait.
+		if n := outcomes["not_retryable *llmretry.Truncated"]; n == 0 || n > 10 || outcomes["runs_used *llmretry.Exhausted"] < 7 || len(outcomes) != 2 || advised == 0 {
+			t.Errorf("dead letters by why and type: %v, %d with a RetryItemAfter; want up to 10 truncated, not retryable, at least 7 exhausted after their runs, some with a RetryItemAfter", outcomes, advised)
 		}
 	})
 }
