@@ -94,8 +94,9 @@ func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.At
 // "exhausted", item_retryable, error (the redacted Error text), usage
 // (the total the attempts' records carry, absent when none carries any),
 // usage_unknown (how many attempts may have reached a provider and have
-// no known cost, 0 included; see [TotalUsage]) and attempts (as [Attempt.MarshalJSON] writes them, raw
-// output redacted).
+// no known cost, 0 included; see [TotalUsage]) and attempts (as
+// [Attempt.MarshalJSON] writes them, raw output redacted). [DecodeError]
+// reads it back.
 func (e *Exhausted) MarshalJSON() ([]byte, error) {
 	return marshalError("exhausted", e, e.Attempts, nil)
 }

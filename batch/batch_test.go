@@ -519,16 +519,16 @@ func TestConfigErrors(t *testing.T) {
 	sink := batch.SinkFunc(func(batch.DeadLetter) error { return nil })
 	tests := []struct {
 		name string
-		r    batch.Runner[string, string]
+		r    *batch.Runner[string, string]
 		want string
 	}{
-		{"no_chain", batch.Runner[string, string]{Dead: sink}, "llmretry: batch: chain is nil: llmretry: invalid configuration"},
-		{"no_sink", batch.Runner[string, string]{Chain: f.chain()}, "llmretry: batch: dead-letter sink is nil: llmretry: invalid configuration"},
-		{"negative_concurrency", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "llmretry: batch: concurrency -1 is negative: llmretry: invalid configuration"},
-		{"negative_pending", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "llmretry: batch: pending -1 is negative: llmretry: invalid configuration"},
-		{"negative_runs", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "llmretry: batch: runs -2 is negative: llmretry: invalid configuration"},
-		{"negative_wait", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "llmretry: batch: wait 2 is negative: llmretry: invalid configuration"},
-		{"bad_chain", batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "llmretry: chain has no backends"},
+		{"no_chain", &batch.Runner[string, string]{Dead: sink}, "llmretry: batch: chain is nil: llmretry: invalid configuration"},
+		{"no_sink", &batch.Runner[string, string]{Chain: f.chain()}, "llmretry: batch: dead-letter sink is nil: llmretry: invalid configuration"},
+		{"negative_concurrency", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "llmretry: batch: concurrency -1 is negative: llmretry: invalid configuration"},
+		{"negative_pending", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "llmretry: batch: pending -1 is negative: llmretry: invalid configuration"},
+		{"negative_runs", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "llmretry: batch: runs -2 is negative: llmretry: invalid configuration"},
+		{"negative_wait", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "llmretry: batch: wait 2 is negative: llmretry: invalid configuration"},
+		{"bad_chain", &batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "llmretry: chain has no backends"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
