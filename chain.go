@@ -107,6 +107,16 @@ type Backend[Req, Resp any] struct {
 	// Model names the backend in attempt records and messages. Empty is
 	// recorded as "unknown".
 	Model string
+	// Provider names who serves Model, as the OpenTelemetry GenAI
+	// semantic conventions spell gen_ai.provider.name: "openai",
+	// "anthropic", "gcp.gemini", "azure.ai.openai", ... The adapters under
+	// contrib/ set it; the chain does not read it, it is for telemetry
+	// (contrib/otelretry). Empty means unknown.
+	Provider string
+	// Stream says that Call asks the provider for a streamed answer, for
+	// telemetry (gen_ai.request.stream); the streaming adapters set it.
+	// The chain does not read it.
+	Stream bool
 	// Call sends one request. It receives a context carrying the chain's
 	// attempt mark; pass that context on (to the HTTP request, to a nested
 	// Chain) so that deadlines, cancellation, [Delivered] and nesting work.

@@ -97,6 +97,13 @@
 // whole and each chunk only reports [llmretry.Progress]: a stream that
 // breaks is retried or failed over, as nothing of it reached the caller.
 //
+// # Telemetry
+//
+// Every Backend says who serves it in Provider: "gcp.gemini" for a client
+// of the Gemini API, "gcp.vertex_ai" for one of Vertex AI.
+// GenerateContentStream's sets Stream; an answer's ID is the response's
+// responseId. Instrumentation such as contrib/otelretry reads them.
+//
 // # Concurrency
 //
 // The Backends keep no state between calls; they are safe for concurrent

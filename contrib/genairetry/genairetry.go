@@ -39,7 +39,8 @@ import (
 func GenerateContent[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContent", client, model, build)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: providerOf(client),
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
@@ -89,7 +90,9 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 func GenerateContentStream[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig), emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContentStream", client, model, build)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: providerOf(client),
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
@@ -153,6 +156,21 @@ func check[Req any](fn string, client *genai.Client, model string, build func(Re
 	case model == "":
 		panic("genairetry: " + fn + " with an empty model")
 	}
+}
+
+// providerOf is the Provider of a Backend that sends through client: the
+// name the OpenTelemetry GenAI conventions give the API the client was
+// built for, "gcp.gemini" for the Gemini API (AI Studio) and
+// "gcp.vertex_ai" for Vertex AI, or "gcp.gen_ai", their name for a
+// Google endpoint of either kind, when the client does not say.
+func providerOf(client *genai.Client) string {
+	switch client.ClientConfig().Backend {
+	case genai.BackendGeminiAPI:
+		return "gcp.gemini"
+	case genai.BackendVertexAI:
+		return "gcp.vertex_ai"
+	}
+	return "gcp.gen_ai"
 }
 
 // oneRequest returns a copy of config that makes the SDK send exactly
@@ -383,6 +401,7 @@ func complete(resp *genai.GenerateContentResponse, model, text string, u *llmret
 		return llmretry.Completion{}, f
 	}
 	c := llmretry.Completion{
+		ID:         resp.ResponseID,
 		Model:      resp.ModelVersion,
 		Text:       text,
 		StopReason: string(finish),

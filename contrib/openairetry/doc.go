@@ -117,6 +117,13 @@
 // [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled], rather than the
 // SDK's bare context error, so its record says whose clock ran out.
 //
+// # Telemetry
+//
+// Every Backend says who serves it in Provider, "openai" (set it to the
+// service's name when the client points elsewhere, such as Azure OpenAI),
+// and a streaming one sets Stream; an answer's ID is the completion's or
+// the response's id. Instrumentation such as contrib/otelretry reads them.
+//
 // # Concurrency
 //
 // The returned Backends hold no state between calls and are safe for

@@ -16,6 +16,13 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
+// provider is the Provider of every Backend this package returns: the
+// name the OpenTelemetry GenAI conventions give OpenAI. A client pointed
+// at another service that speaks OpenAI's API (Azure OpenAI, a gateway)
+// is not OpenAI: set the Backend's Provider to that service's name, such
+// as "azure.ai.openai".
+const provider = "openai"
+
 // Chat returns a [llmretry.Backend] that sends each request to the Chat
 // Completions API through client, without streaming. build turns the
 // chain's request into the SDK's parameters; model, when not empty,
@@ -41,7 +48,8 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 		panic("openairetry: Chat with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			var resp *http.Response
@@ -104,7 +112,9 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 		panic("openairetry: ChatStream with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			params.StreamOptions.IncludeUsage = openai.Bool(true)
@@ -296,6 +306,7 @@ func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usag
 		llmretry.ReportUsage(ctx, *usage)
 	}
 	return llmretry.Completion{
+		ID:           cc.ID,
 		Model:        cc.Model,
 		Text:         text,
 		StopReason:   choice.FinishReason,

@@ -44,7 +44,8 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 		panic("openairetry: Responses with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
@@ -88,7 +89,9 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		panic("openairetry: ResponsesStream with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
@@ -211,6 +214,7 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 		llmretry.ReportUsage(ctx, *usage)
 	}
 	return llmretry.Completion{
+		ID:           r.ID,
 		Model:        r.Model,
 		Text:         text,
 		StopReason:   string(r.Status),
