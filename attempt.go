@@ -17,7 +17,8 @@ import (
 // carry one per failed attempt, in order, and [Chain.OnAttempt] sees every
 // attempt as it ends. Attempts encode to JSON (snake_case keys, durations
 // as *_ms numbers) for job queues and dead-letter tables, and log as slog
-// groups without the model's output.
+// groups without the model's output. Every rendering (String, JSON, slog)
+// passes the error and the raw output through [Redact].
 type Attempt struct {
 	Backend    int           // 0-based position in the chain
 	Model      string        // the backend's Model, or "unknown"
@@ -25,7 +26,7 @@ type Attempt struct {
 	Kind       Kind          // how it failed; the zero Kind for a success
 	Status     int           // HTTP status when known
 	Err        error         // the backend's error as it returned it; nil for a success
-	RawText    *string       // absent (nil) when there was no body worth keeping; present, even "", otherwise
+	RawText    *string       // absent (nil) when there was no body worth keeping; present, even "", otherwise; kept whole here, redacted wherever the record is rendered
 	Start      time.Time     // when the request was sent
 	Elapsed    time.Duration // how long the backend's Call took; for a skip, how long the call waited for the breaker in vain
 	RetryAfter time.Duration // the server's retry-after hint, 0 if none; kept even when too long to honour
@@ -33,7 +34,7 @@ type Attempt struct {
 	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
-	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); nil when it reported nothing, which is unknown, not zero
+	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure
@@ -197,7 +198,8 @@ func millis(d time.Duration) float64 {
 //     dead-letter table stay the same from record to record); for a
 //     success only when it is not 0;
 //   - error: the error's redacted message, when there is an error;
-//   - raw_text: absent when RawText is nil, kept when it is "";
+//   - raw_text: the model's output, its secrets redacted ([Redact]) as
+//     the error's are; absent when RawText is nil, kept when it is "";
 //   - start: RFC 3339 with nanoseconds, in the time's own offset, or in
 //     UTC when RFC 3339 cannot write that offset (seconds, or a day or
 //     more);
@@ -237,8 +239,9 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 }
 
 // UnmarshalJSON decodes what [Attempt.MarshalJSON] wrote, every field as
-// it was: Kind, Status, RawText (nil or not), every Duration to the
-// nanosecond, negative ones included, and Start's instant and offset. The
+// it was: Kind, Status, RawText (nil or not, with the redacted text that
+// was written), every Duration to the nanosecond, negative ones included,
+// and Start's instant and offset. The
 // error comes back as a plain error with the message that was written:
 // its type does not survive, but Kind, Status and RawText keep what the
 // chain concluded from it. Strings come back as JSON holds them, so a
@@ -334,7 +337,10 @@ var attemptFields = [...]attemptField{
 		key:  "raw_text",
 		omit: func(a *Attempt) bool { return a.RawText == nil },
 		write: func(b []byte, a *Attempt) ([]byte, error) {
-			return appendString(b, *a.RawText), nil
+			// A model's output may echo a key pasted into the prompt, and
+			// the JSON goes to dead-letter tables and logs: redact it as
+			// the error is. The field itself stays whole for the caller.
+			return appendString(b, Redact(*a.RawText)), nil
 		},
 		read: func(a *Attempt, v []byte) error {
 			s, err := readString(v)

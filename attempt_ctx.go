@@ -27,10 +27,11 @@ type attemptCtx struct {
 	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
 	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
 
-	limitsMu  sync.Mutex  // guards limits, hasLimits and usage
+	limitsMu  sync.Mutex  // guards limits, hasLimits, own and nested
 	limits    limitReport // the freshest rate-limit report of the attempt's responses
 	hasLimits bool        // limits holds a report
-	usage     *Usage      // the last usage the Call reported; nil when none
+	own       *Usage      // the last usage the Call reported itself; nil when none
+	nested    *Usage      // the sum of what the chains run under the attempt cost; nil when none reported
 }
 
 // Value returns the attempt itself for markKey and asks the parent

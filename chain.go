@@ -107,6 +107,16 @@ type Backend[Req, Resp any] struct {
 	// Model names the backend in attempt records and messages. Empty is
 	// recorded as "unknown".
 	Model string
+	// Provider names who serves Model, as the OpenTelemetry GenAI
+	// semantic conventions spell gen_ai.provider.name: "openai",
+	// "anthropic", "gcp.gemini", "azure.ai.openai", ... The adapters under
+	// contrib/ set it; the chain does not read it, it is for telemetry
+	// (contrib/otelretry). Empty means unknown.
+	Provider string
+	// Stream says that Call asks the provider for a streamed answer, for
+	// telemetry (gen_ai.request.stream); the streaming adapters set it.
+	// The chain does not read it.
+	Stream bool
 	// Call sends one request. It receives a context carrying the chain's
 	// attempt mark; pass that context on (to the HTTP request, to a nested
 	// Chain) so that deadlines, cancellation, [Delivered] and nesting work.
@@ -401,20 +411,21 @@ type run[Req, Resp any] struct {
 	handed  bool
 }
 
-// reportUsageUp tells the enclosing chain's attempt, when there is one,
-// what this call cost: every attempt it made, success a included. An LM
-// that wraps an LM is billed for the inner chain's attempts. (A failed
-// inner call reports through its error: see lastOf.)
-func (r *run[Req, Resp]) reportUsageUp(a Attempt) {
+// reportUsageUp adds what this call cost, every attempt it made (answer
+// is the usage of the one that answered, nil for a call that failed), to
+// the enclosing chain's attempt, when there is one: an LM that wraps an LM
+// is billed for the inner chain's attempts, and for each inner call it
+// makes. Do calls it once, as it returns.
+func (r *run[Req, Resp]) reportUsageUp(answer *Usage) {
 	if r.parent == nil {
 		return
 	}
 	total, known := knownUsage(r.attempts)
-	if a.Usage != nil {
-		total, known = total.Add(*a.Usage), true
+	if answer != nil {
+		total, known = total.Add(*answer), true
 	}
 	if known {
-		r.parent.setUsage(total)
+		r.parent.addNested(total)
 	}
 }
 
@@ -474,7 +485,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 		if a.Err == nil {
 			r.keep("")
 			r.notify(a)
-			r.reportUsageUp(a)
+			r.reportUsageUp(a.Usage)
 			return resp, l, nil, true
 		}
 		d := r.decide(b, a, end)
@@ -555,15 +566,16 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
 		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
-		Usage: mark.reportedUsage(),
 	}
 	if b.Breaker != nil {
 		end.limits, end.hasLimits = mark.reported()
 	}
 	if err == nil {
+		a.Usage = mark.cost(nil, nil)
 		return resp, a, end
 	}
 	kind, d := outcomeOf(err)
+	a.Usage = mark.cost(d.usage, err)
 	if d.limits != nil && b.Breaker != nil {
 		// StatusFailure read the headers without knowing the send. A
 		// Failure built before the attempt (a fake's, say) was read
@@ -583,10 +595,6 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		}
 	}
 	a.Status, a.RawText, a.RetryAfter = d.status, capRaw(d.raw, r.c.MaxRawText), d.hint
-	if d.usage != nil {
-		u := *d.usage // the record's own copy: the backend may reuse its Failure
-		a.Usage = &u
-	}
 	switch {
 	case end.ctxErr != nil:
 		// The caller's context ended the attempt, whatever the backend made
@@ -1116,6 +1124,7 @@ func (r *run[Req, Resp]) stopped(why Why) error {
 // the attempts' own failures, and a deadline that ran out makes it a
 // TimedOut (or Truncated).
 func (r *run[Req, Resp]) fail(ctxErr, cause error) error {
+	r.reportUsageUp(nil)
 	return conclude(r.attempts, ctxErr, cause)
 }
 

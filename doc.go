@@ -89,9 +89,10 @@
 //
 // # Secrets
 //
-// Everything this package renders from an error passes through [Redact],
-// which hides API keys, tokens and URL credentials. Attempt.Err itself stays
-// the backend's error.
+// Everything this package renders from an error or a record passes
+// through [Redact], which hides API keys, tokens and URL credentials: the
+// error text and the model's raw output alike. Attempt.Err and
+// Attempt.RawText themselves stay as the backend gave them.
 //
 // # Concurrency
 //

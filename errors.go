@@ -93,8 +93,10 @@ func (e *Exhausted) LogValue() slog.Value { return logValue("exhausted", e, e.At
 // MarshalJSON encodes the record a dead-letter table keeps: outcome
 // "exhausted", item_retryable, error (the redacted Error text), usage
 // (the total the attempts' records carry, absent when none carries any),
-// usage_unknown (how many attempts were sent whose cost is unknown, see
-// [TotalUsage]) and attempts.
+// usage_unknown (how many attempts may have reached a provider and have
+// no known cost, 0 included; see [TotalUsage]) and attempts (as
+// [Attempt.MarshalJSON] writes them, raw output redacted). [DecodeError]
+// reads it back.
 func (e *Exhausted) MarshalJSON() ([]byte, error) {
 	return marshalError("exhausted", e, e.Attempts, nil)
 }
@@ -263,11 +265,12 @@ func (c *Cancelled) outcome() (Kind, detail) { return lastOf(c.Attempts, KindCan
 func lastOf(attempts []Attempt, kind Kind) (Kind, detail) {
 	for i := len(attempts) - 1; i >= 0; i-- {
 		if a := &attempts[i]; a.Kind == kind {
-			// An inner chain's attempts are what its outer attempt cost.
-			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter, usage: usagePtr(attempts)}
+			// No usage: an inner chain reports what it cost to the
+			// attempt that ran it through the context, when it returns.
+			return kind, detail{status: a.Status, raw: a.RawText, hint: a.RetryAfter}
 		}
 	}
-	return kind, detail{usage: usagePtr(attempts)}
+	return kind, detail{}
 }
 
 // sameError reports whether err is target itself, compared as errors.Is
@@ -594,7 +597,7 @@ type errorJSON struct {
 	Error         string    `json:"error"`
 	Cause         string    `json:"cause,omitempty"`
 	Usage         *Usage    `json:"usage,omitempty"` // the total the attempts' records carry; absent when none carries any
-	UsageUnknown  int       `json:"usage_unknown"`   // attempts sent whose cost is unknown (see TotalUsage)
+	UsageUnknown  int       `json:"usage_unknown"`   // attempts that may have reached a provider whose cost is unknown (see TotalUsage); 0 is written
 	Attempts      []Attempt `json:"attempts"`
 }
 

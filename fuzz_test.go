@@ -249,7 +249,7 @@ func jsonString(s string) string {
 
 // wantRecord is what an attempt should decode back as from its JSON:
 // every field as it was, except that the error is a plain one with its
-// redacted message, strings come back as encoding/json keeps them
+// redacted message, the raw output comes back redacted, strings come back as encoding/json keeps them
 // (invalid UTF-8 replaced), and a start whose offset RFC 3339 cannot write
 // comes back in UTC.
 func wantRecord(a llmretry.Attempt) llmretry.Attempt {
@@ -257,7 +257,7 @@ func wantRecord(a llmretry.Attempt) llmretry.Attempt {
 		a.Err = errors.New(jsonString(llmretry.Redact(a.Err.Error())))
 	}
 	if a.RawText != nil {
-		raw := jsonString(*a.RawText)
+		raw := jsonString(llmretry.Redact(*a.RawText))
 		a.RawText = &raw
 	}
 	a.Model = jsonString(a.Model)
@@ -325,6 +325,9 @@ func FuzzAttemptJSON(f *testing.F) {
 		-1, -1, -1, uint8(4), "\xff\xfe", "Post \"https://u:p@h/?key=sk\": EOF", "\xc3", true, true, int64(-1), int16(-1439), int64(-1), int64(math.MinInt64), int64(1), "fail_over", "not_retryable", true, true, int16(0))
 	f.Add([]byte(`{"error":"Bearer abc sk-Zq81Lw02Xe93Rt64Yu75","start":"0000-01-01T00:00:00+00:01","next":"stop","why":"deadline"}`),
 		0, 1, 429, uint8(6), "m", "Authorization: Bearer abc", "", true, false, int64(math.MaxInt64), int16(1439), int64(999999), int64(1), int64(1), "stop", "cancelled", false, true, int16(7700))
+	// Raw output that echoes a key, read and written: it comes back redacted.
+	f.Add([]byte(`{"kind":"parse","raw_text":"your key sk-Zq81Lw02Xe93Rt64Yu75 and Bearer abc"}`),
+		0, 1, 200, uint8(4), "m", "invalid JSON", "your key sk-Zq81Lw02Xe93Rt64Yu75 and Bearer abc", true, true, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "not_retryable", false, false, int16(0))
 	// A Kind a custom Classify returned, outside the constants.
 	f.Add([]byte(`{"kind":"kind(200)","error":""}`),
 		0, 1, 0, uint8(200), "m", "", "", true, false, int64(0), int16(0), int64(0), int64(0), int64(0), "stop", "", false, false, int16(-2100))
@@ -568,6 +571,8 @@ func FuzzDeadLetterJSON(f *testing.F) {
 	f.Add([]byte{4, 2, 1, 1, 2, 7, 1, 0, 255, 255, 255, 255, 255, 255, 255, 255, 1, 1, 1, 1, 1, 1, 1, 1},
 		uint8(2), "a|b|c", "", true)
 	f.Add([]byte{1, 0, 0, 0, 6, 0, 0}, uint8(3), "x", "Bearer tok", true)
+	// One parse failure whose raw output is a pasted key.
+	f.Add([]byte{1, 0, 0, 0, 4, 0, 3, 1, 1}, uint8(0), "sk-Zq81Lw02Xe93Rt64Yu75Io86", "", false)
 	f.Add([]byte{6, 1, 1, 1, 3, 5, 2, 1, 2, 2, 1, 4, 4, 3, 1, 3, 2, 2, 8, 6},
 		uint8(4), "\x00|\"|\\u0026key=v", "", false)
 	f.Fuzz(func(t *testing.T, choices []byte, which uint8, texts, summary string, hasCause bool) {

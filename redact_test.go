@@ -556,3 +556,90 @@ func slogJSON(v any) string {
 	slog.New(slog.NewJSONHandler(&buf, nil)).Error("call failed", "v", v)
 	return buf.String()
 }
+
+// A model's output that echoes keys pasted into the prompt keeps them in
+// Attempt.RawText, for the caller; no rendering of the record or of the
+// errors that carry it shows them.
+func TestNoSecretsInRawTextRenderings(t *testing.T) {
+	// Each planted form is one Redact catches, with "PLANTED" in it.
+	raw := "the key you pasted is sk-abcdefghijklmnoPLANTEDxyz012345; " +
+		"the Anthropic one sk-ant-api03-PLANTED_Qw3-Er5Ty9Ui1Op3As5Df7; " +
+		"Authorization: Bearer " + plantedBearer + "; " +
+		"https://user:" + plantedPassword + "@example.com/?key=" + plantedKey
+	parse := func(context.Context, string) (string, error) {
+		return "", llmretry.ParseFailure(raw, errors.New("invalid JSON"))
+	}
+	cut := func(context.Context, string) (string, error) { return "", llmretry.Truncation(raw) }
+	refused := func(context.Context, string) (string, error) {
+		f := llmretry.Refusal("finish_reason content_filter")
+		f.RawText = &raw
+		return "", f
+	}
+	innerChain := &chain{Backends: []backend{{Model: "inner", Call: parse}}}
+	tests := []struct {
+		name     string
+		backends []backend
+		cancel   bool
+	}{
+		{name: "parse", backends: []backend{{Model: "m", Call: parse}}},
+		{name: "truncated", backends: []backend{{Model: "m", Call: cut}}},
+		{name: "refused", backends: []backend{{Model: "m", Call: refused}}},
+		{name: "nested", backends: []backend{{Model: "outer", Call: innerChain.Do}}},
+		{name: "cancelled", backends: []backend{{Model: "m", Call: func(ctx context.Context, _ string) (string, error) {
+			return "", fmt.Errorf("%w", &llmretry.Failure{Kind: llmretry.KindCancelled, RawText: &raw, Err: context.Canceled})
+		}}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen []llmretry.Attempt
+			c := &chain{Backends: tc.backends, OnAttempt: func(_ context.Context, a llmretry.Attempt) { seen = append(seen, a) }}
+			_, err := c.Do(context.Background(), "hi")
+			if err == nil {
+				t.Fatal("Do() = nil error, want one")
+			}
+			attempts := append(allAttempts(err), seen...)
+			kept := false
+			for _, a := range attempts {
+				kept = kept || (a.RawText != nil && *a.RawText == raw)
+			}
+			if !kept {
+				t.Fatalf("no attempt of %v kept the raw output whole: the test plants nothing", err)
+			}
+			check := func(what, s string) {
+				t.Helper()
+				if strings.Contains(s, planted) {
+					t.Errorf("%s leaks a planted secret:\n%s", what, s)
+				}
+			}
+			check("Error()", err.Error())
+			check("json.Marshal(err)", mustJSON(t, err))
+			check("slog JSON of the error", slogJSON(err))
+			check("slog text of the error", slogText(err))
+			check("json.Marshal(attempts)", mustJSON(t, attempts))
+			for i, a := range attempts {
+				check(fmt.Sprintf("attempt %d String()", i), a.String())
+				check(fmt.Sprintf("attempt %d fmt %%v", i), fmt.Sprintf("%v", a))
+				check(fmt.Sprintf("attempt %d json.Marshal", i), mustJSON(t, a))
+				check(fmt.Sprintf("attempt %d slog JSON", i), slogJSON(a))
+				check(fmt.Sprintf("attempt %d slog text", i), slogText(a))
+			}
+			// The JSON still decodes, and holds the redacted output.
+			var back llmretry.Attempt
+			if err := json.Unmarshal([]byte(mustJSON(t, attempts[0])), &back); err != nil {
+				t.Fatalf("json.Unmarshal of an attempt error: %v", err)
+			}
+			if attempts[0].RawText != nil {
+				if back.RawText == nil || *back.RawText != llmretry.Redact(*attempts[0].RawText) {
+					t.Errorf("decoded RawText = %v, want %q", back.RawText, llmretry.Redact(*attempts[0].RawText))
+				}
+			}
+		})
+	}
+}
+
+// slogText is what slog's text handler writes for v.
+func slogText(v any) string {
+	var buf bytes.Buffer
+	slog.New(slog.NewTextHandler(&buf, nil)).Error("call failed", "v", v)
+	return buf.String()
+}

@@ -1,6 +1,11 @@
 package llmretry
 
-import "context"
+import (
+	"context"
+	"errors"
+	"net"
+	"syscall"
+)
 
 // Usage is what a provider reported that one attempt cost, in tokens. A
 // record's Usage is nil when the provider reported none: unknown, which
@@ -24,13 +29,22 @@ func (u Usage) Add(v Usage) Usage {
 
 // ReportUsage tells the chain what the attempt running under ctx cost, as
 // the provider reported it: a response's usage block, or a stream's usage
-// event. The attempt's record carries it as [Attempt.Usage]. Of several
-// reports the last wins, and the Usage of a [*Failure] the Call returns
-// wins over all of them. A backend's Call makes its reports before it
-// returns; one made after is not seen. With a nil ctx or a context that is
-// not an attempt's it does nothing; in nested chains it reports to the
-// innermost attempt, whose backend the response came from. It is safe to
-// call from any goroutine.
+// event. The attempt's record carries it as [Attempt.Usage]. A Call's own
+// reports replace one another, the last one winning, since a provider
+// reports a running total (a stream's usage events count up to the
+// response's); the Usage of a [*Failure] the Call returns replaces them
+// all. What the chains a Call runs under the attempt's context cost is
+// added to that: each such inner [Chain.Do] reports, when it returns, the
+// total of all its attempts, failed ones included, so a Call that runs an
+// inner chain twice is charged for both runs. An inner chain run under a
+// [Standalone] context, or a context not derived from the attempt's,
+// reports to no enclosing attempt, and its error, returned by the Call,
+// carries no cost into the record either: its records keep their own.
+//
+// A backend's Call makes its reports before it returns; one made after is
+// not seen. With a nil ctx or a context that is not an attempt's it does
+// nothing; in nested chains it reports to the innermost attempt, whose
+// backend the response came from. It is safe to call from any goroutine.
 func ReportUsage(ctx context.Context, u Usage) {
 	if ctx == nil {
 		return
@@ -40,18 +54,91 @@ func ReportUsage(ctx context.Context, u Usage) {
 	}
 }
 
-// setUsage keeps u as what the attempt cost, replacing any earlier report.
+// setUsage keeps u as what the attempt's Call reported it cost, replacing
+// its earlier report.
 func (a *attemptCtx) setUsage(u Usage) {
 	a.limitsMu.Lock()
-	a.usage = &u
+	a.own = &u
 	a.limitsMu.Unlock()
 }
 
-// reportedUsage is the usage the attempt's Call reported, nil when none.
-func (a *attemptCtx) reportedUsage() *Usage {
+// addNested adds u, what an inner chain run under the attempt cost, to the
+// attempt's cost: each inner call's cost is its own, billed on top of the
+// others'.
+func (a *attemptCtx) addNested(u Usage) {
 	a.limitsMu.Lock()
 	defer a.limitsMu.Unlock()
-	return a.usage
+	if a.nested != nil {
+		u = a.nested.Add(u)
+	}
+	a.nested = &u
+}
+
+// cost is what the attempt cost: the Call's own report, or failure (the
+// Usage of the Failure it returned) in its place when that is not nil,
+// plus what the inner chains run under it cost. When none of them is
+// known it is zero if err says the request never left (see sentNothing),
+// and nil (unknown) otherwise. It is a fresh value, which the record
+// keeps.
+func (a *attemptCtx) cost(failure *Usage, err error) *Usage {
+	a.limitsMu.Lock()
+	defer a.limitsMu.Unlock()
+	own := a.own
+	if failure != nil {
+		own = failure
+	}
+	switch {
+	case own == nil && a.nested == nil:
+		if sentNothing(err) {
+			return &Usage{}
+		}
+		return nil
+	case own == nil:
+		u := *a.nested
+		return &u
+	case a.nested == nil:
+		u := *own
+		return &u
+	}
+	u := own.Add(*a.nested)
+	return &u
+}
+
+// sentNothing reports whether err says that the request certainly never
+// reached the provider, which then cannot have billed it: the connection
+// was refused, the dial (to the provider or to a proxy) failed or timed
+// out, or the host's name did not resolve. A connection reset or cut
+// after it was made is not among them: the request may have been sent
+// whole. An error that wraps none of these, an inner chain's included
+// (its attempts' errors are not in its tree), reports false.
+//
+// It walks err's tree itself, without errors.As, which would allocate on
+// every failed attempt: the first of these errors on a branch decides it,
+// and a joined error (a client that tried twice, say) sent nothing only
+// when each of its errors says so.
+func sentNothing(err error) bool {
+	for err != nil {
+		switch e := err.(type) {
+		case *net.DNSError:
+			return true
+		case *net.OpError:
+			// The first OpError speaks for the connection: a read's or a
+			// write's came after it was made.
+			return e.Op == "dial" || e.Op == "proxyconnect"
+		case syscall.Errno:
+			return e == syscall.ECONNREFUSED
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			for _, e := range errs {
+				if !sentNothing(e) {
+					return false
+				}
+			}
+			return len(errs) > 0
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
 }
 
 // TotalUsage sums the usage the attempts' records carry, and counts the
@@ -61,7 +148,9 @@ func (a *attemptCtx) reportedUsage() *Usage {
 // billed, and an answer that was billed but came without usage; a
 // success among them is one whose backend reported no usage. An attempt
 // answered with an error status and no usage is not counted: providers
-// do not bill a request they refused.
+// do not bill a request they refused. Nor is one whose request never
+// reached the provider (a refused connection, a failed dial or DNS
+// lookup): the chain records its Usage as zero, known, not unknown.
 func TotalUsage(attempts []Attempt) (total Usage, unknown int) {
 	for i := range attempts {
 		a := &attempts[i]

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"slices"
@@ -58,7 +59,9 @@ type Counts struct {
 	Usage llmretry.Usage
 	// UsageUnknown counts the attempts sent whose cost is unknown: no
 	// usage reported and no response seen, such as a timeout, which the
-	// provider may have billed (see [llmretry.TotalUsage]).
+	// provider may have billed (see [llmretry.TotalUsage]). An attempt
+	// whose request never reached a provider, such as a refused
+	// connection, cost nothing and is not counted.
 	UsageUnknown int
 }
 
@@ -81,7 +84,9 @@ func (c Counts) String() string {
 // routes each item's failures by their advice (see the package
 // documentation). Chain and Dead are required; every other field has a
 // default for its zero value. A Runner is safe for concurrent Run calls
-// once set up, and must not be changed while one is running.
+// once set up, and must not be changed while one is running, nor copied
+// after its first Run. Every Run of one Runner calls its callbacks and its
+// Sink's Put one at a time, concurrent Runs included.
 type Runner[Req, Resp any] struct {
 	// Chain runs each item. Required.
 	Chain *llmretry.Chain[Req, Resp]
@@ -95,7 +100,11 @@ type Runner[Req, Resp any] struct {
 	// Concurrency limits the items in a run at once to Pending.
 	Pending int
 	// Runs is the number of runs per item in total, the first included.
-	// 0 means DefaultRuns (3); 1 means no item is run twice.
+	// 0 means DefaultRuns (3); 1 means no item is run twice. A run in
+	// which the chain skipped every backend for its breaker sent nothing,
+	// and is not counted: the item runs again when the breaker advises
+	// ([llmretry.RetryItemAfter]: when the soonest breaker lets a probe
+	// through), as often as it takes.
 	Runs int
 	// Waits are the runner's own waits before an item's second, third, …
 	// run, used when the failure gives no [llmretry.RetryItemAfter]
@@ -119,15 +128,51 @@ type Runner[Req, Resp any] struct {
 	// the counts so far: the nth call's counts add up to n, and the last
 	// call's equal the counts Run returns.
 	OnProgress func(Counts)
+
+	// callbacks is held while a callback runs, by every Run of this
+	// Runner that is running, so that concurrent Runs call them one at a
+	// time too; running counts those Runs, and mu guards both. The lock
+	// is a channel of one token, not a sync.Mutex: a goroutine waiting on
+	// a channel is durably blocked in a testing/synctest bubble, so a
+	// callback that sleeps in virtual time (a slow sink in a user's test)
+	// does not stall the bubble's clock. It is made anew when a Run
+	// starts and none is running, since a channel made in one bubble may
+	// not be used outside it.
+	mu        sync.Mutex
+	running   int
+	callbacks chan struct{}
+}
+
+// enter counts a Run in and returns the callback lock it shares with the
+// Runs running beside it.
+func (r *Runner[Req, Resp]) enter() chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == 0 {
+		r.callbacks = make(chan struct{}, 1)
+	}
+	r.running++
+	return r.callbacks
+}
+
+// leave counts a Run out.
+func (r *Runner[Req, Resp]) leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running--; r.running == 0 {
+		r.callbacks = nil
+	}
 }
 
 // Run takes items from the iterator (a slice goes in through
 // slices.Values; nil means none), runs each through the Chain until it
 // succeeds, fails for good or the context ends, and returns how the items
 // taken ended. It returns when every item taken has ended and every
-// goroutine it started is done. Run stops taking items once ctx is done or a Sink has failed;
-// it checks between items, so an iterator that blocks must unblock itself
-// (on the same ctx, say).
+// goroutine it started is done. Run stops taking items once ctx is done
+// or a Sink has failed; it checks between items, so an iterator that
+// blocks must unblock itself (on the same ctx, say). It holds no
+// concurrency slot while the iterator runs: items waiting to run again
+// go on running while the iterator blocks.
 //
 // The error is nil when the iterator ran out and every item taken ended;
 // otherwise it is the runner's configuration error (wrapping
@@ -139,12 +184,17 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	if err != nil {
 		return Counts{}, err
 	}
+	b.callbacks = r.enter()
+	defer r.leave()
 	g, gctx := errgroup.WithContext(ctx)
 	b.ctx = gctx
 
-	// A pending slot and a concurrency slot are taken before an item is
-	// pulled, so that no item is pulled that could not start at once: a
-	// cancellation then strands as few items as it can.
+	// A pending slot is taken before an item is pulled, and the iterator
+	// is pulled only once a concurrency slot is free, so that an item is
+	// seldom pulled that could not start at once: a cancellation then
+	// strands as few items as it can. But no concurrency slot is held
+	// while the iterator runs, which may block for as long as its source
+	// has nothing: an item waiting to run again takes one meanwhile.
 	pending := make(chan struct{}, b.pending)
 	take := func() bool {
 		if gctx.Err() != nil {
@@ -159,6 +209,7 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 			<-pending
 			return false
 		}
+		<-b.slots // free again: the slot is taken for the item once it is pulled
 		return true
 	}
 	stopped := !take()
@@ -167,6 +218,15 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 	}
 	if !stopped {
 		for item := range items {
+			if !b.acquire() {
+				// Taken, so it ends as the others do: not run.
+				g.Go(func() error {
+					defer func() { <-pending }()
+					return b.notRun(item, nil)
+				})
+				stopped = true
+				break
+			}
 			g.Go(func() error {
 				defer func() { <-pending }()
 				return b.run(item)
@@ -177,21 +237,19 @@ func (r *Runner[Req, Resp]) Run(ctx context.Context, items iter.Seq[Item[Req]]) 
 			}
 		}
 		if !stopped {
-			// The slots taken for an item that never came.
-			<-b.slots
-			<-pending
+			<-pending // taken for an item that never came
 		}
 	}
 	// A sink's error is returned by Wait; the items' other outcomes are in
 	// the counts.
 	sinkErr := g.Wait()
 
-	b.mu.Lock()
+	b.lock()
 	b.usageMu.Lock()
 	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown
 	b.usageMu.Unlock()
 	counts := b.counts
-	b.mu.Unlock()
+	b.unlock()
 	switch {
 	case sinkErr != nil:
 		return counts, sinkErr
@@ -268,60 +326,99 @@ type state[Req, Resp any] struct {
 	slots       chan struct{} // one token per item in a run
 	chain       *llmretry.Chain[Req, Resp]
 
+	callbacks chan struct{} // the Runner's callback lock, shared with the Runs beside this one
+
 	usageMu      sync.Mutex // guards usage and usageUnknown, added to apart from the callbacks' lock
 	usage        llmretry.Usage
 	usageUnknown int
 
-	mu     sync.Mutex // serialises the callbacks and guards counts
-	counts Counts
+	counts Counts // guarded by the callback lock
 }
+
+// lock takes the callback lock, which also guards counts.
+func (b *state[Req, Resp]) lock() { b.callbacks <- struct{}{} }
+
+// unlock lets the callback lock go.
+func (b *state[Req, Resp]) unlock() { <-b.callbacks }
 
 // run takes one item through its runs and ends it; the error is a Sink's.
 // The caller has taken a concurrency slot for the first run.
 func (b *state[Req, Resp]) run(item Item[Req]) error {
 	var (
 		err     error   // the last run's
-		earlier []error // the runs' before it that a dead letter keeps
-		omitted int     // the runs' left out of earlier
+		runs    int     // the runs that sent a request
+		earlier []error // the errors of the runs before the last that a dead letter keeps
+		omitted int     // the runs left out of earlier
 	)
-	dead := func(why Why, runs int) error {
+	dead := func(why Why) error {
 		return b.dead(DeadLetter{ID: item.ID, Why: why, Runs: runs, Err: err, Earlier: earlier, Omitted: omitted})
 	}
-	for runs := 1; ; runs++ {
-		if runs > 1 && !b.acquire() {
+	for first := true; ; first = false {
+		if !first && !b.acquire() {
 			return b.notRun(item, err)
 		}
 		var resp Resp
 		resp, err = b.chain.Do(b.ctx, item.Req)
 		<-b.slots
+		// A run whose every backend was skipped for its breaker sent
+		// nothing: the item's runs are for requests the providers failed,
+		// not for waits on a breaker, which advises when to come back.
+		sent := !skippedAll(err)
+		if sent {
+			runs++
+		}
 		switch {
 		case err == nil:
 			return b.succeed(item, resp)
 		case !llmretry.RetryItem(err):
 			// Before the context check: the item's verdict is in, and a
 			// re-run would fail the same way whenever it came.
-			return dead(WhyNotRetryable, runs)
+			return dead(WhyNotRetryable)
 		case b.ctx.Err() != nil:
 			// The failure may be the cancellation's doing, so it says
 			// nothing about the item.
 			return b.notRun(item, err)
-		case runs >= b.runs:
-			return dead(WhyRunsUsed, runs)
+		case sent && runs >= b.runs:
+			return dead(WhyRunsUsed)
 		}
-		earlier = append(earlier, err)
-		if len(earlier) == KeptRuns {
-			// Room for the last run's: drop the oldest but the first.
-			earlier = slices.Delete(earlier, 1, 2)
-			omitted++
+		if sent {
+			earlier = append(earlier, err)
+			if len(earlier) == KeptRuns {
+				// Room for the last run's: drop the oldest but the first.
+				earlier = slices.Delete(earlier, 1, 2)
+				omitted++
+			}
 		}
 		wait, ok := llmretry.RetryItemAfter(err)
 		if !ok {
-			wait = b.waits[min(runs, len(b.waits))-1]
+			// No advice; after skips only, a breaker whose probe is in
+			// flight, which says no time: the wait before the next run.
+			wait = b.waits[min(max(runs, 1), len(b.waits))-1]
 		}
 		if !b.sleep(wait) {
 			return b.notRun(item, err)
 		}
 	}
+}
+
+// skippedAll reports whether err is the chain's error of a call that had
+// records and skipped every backend for its breaker: it sent nothing.
+func skippedAll(err error) bool {
+	var attempts []llmretry.Attempt
+	var exhausted *llmretry.Exhausted
+	var cancelled *llmretry.Cancelled
+	switch {
+	case errors.As(err, &exhausted): // a Truncated or TimedOut too
+		attempts = exhausted.Attempts
+	case errors.As(err, &cancelled):
+		attempts = cancelled.Attempts
+	}
+	for i := range attempts {
+		if !attempts[i].Skipped {
+			return false
+		}
+	}
+	return len(attempts) > 0
 }
 
 // acquire takes a concurrency slot, or reports false when the context
@@ -356,8 +453,8 @@ func (b *state[Req, Resp]) sleep(d time.Duration) bool {
 
 // succeed ends item as a success.
 func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.lock()
+	defer b.unlock()
 	if b.r.OnResult != nil {
 		b.r.OnResult(item, resp)
 	}
@@ -369,8 +466,8 @@ func (b *state[Req, Resp]) succeed(item Item[Req], resp Resp) error {
 // dead ends an item as the dead letter d. A failing Sink's error stops the
 // batch.
 func (b *state[Req, Resp]) dead(d DeadLetter) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.lock()
+	defer b.unlock()
 	putErr := b.r.Dead.Put(d)
 	b.counts.Dead++
 	b.progress()
@@ -382,8 +479,8 @@ func (b *state[Req, Resp]) dead(d DeadLetter) error {
 
 // notRun ends item as not run; last is its last run's error, if it ran.
 func (b *state[Req, Resp]) notRun(item Item[Req], last error) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.lock()
+	defer b.unlock()
 	if b.r.OnNotRun != nil {
 		b.r.OnNotRun(item, last)
 	}
@@ -400,7 +497,7 @@ func (b *state[Req, Resp]) cost(a llmretry.Attempt) {
 	b.usageMu.Unlock()
 }
 
-// progress reports the counts; b.mu is held.
+// progress reports the counts; the callback lock is held.
 func (b *state[Req, Resp]) progress() {
 	b.usageMu.Lock()
 	b.counts.Usage, b.counts.UsageUnknown = b.usage, b.usageUnknown

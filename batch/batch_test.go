@@ -519,16 +519,16 @@ func TestConfigErrors(t *testing.T) {
 	sink := batch.SinkFunc(func(batch.DeadLetter) error { return nil })
 	tests := []struct {
 		name string
-		r    batch.Runner[string, string]
+		r    *batch.Runner[string, string]
 		want string
 	}{
-		{"no_chain", batch.Runner[string, string]{Dead: sink}, "llmretry: batch: chain is nil: llmretry: invalid configuration"},
-		{"no_sink", batch.Runner[string, string]{Chain: f.chain()}, "llmretry: batch: dead-letter sink is nil: llmretry: invalid configuration"},
-		{"negative_concurrency", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "llmretry: batch: concurrency -1 is negative: llmretry: invalid configuration"},
-		{"negative_pending", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "llmretry: batch: pending -1 is negative: llmretry: invalid configuration"},
-		{"negative_runs", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "llmretry: batch: runs -2 is negative: llmretry: invalid configuration"},
-		{"negative_wait", batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "llmretry: batch: wait 2 is negative: llmretry: invalid configuration"},
-		{"bad_chain", batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "llmretry: chain has no backends"},
+		{"no_chain", &batch.Runner[string, string]{Dead: sink}, "llmretry: batch: chain is nil: llmretry: invalid configuration"},
+		{"no_sink", &batch.Runner[string, string]{Chain: f.chain()}, "llmretry: batch: dead-letter sink is nil: llmretry: invalid configuration"},
+		{"negative_concurrency", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Concurrency: -1}, "llmretry: batch: concurrency -1 is negative: llmretry: invalid configuration"},
+		{"negative_pending", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Pending: -1}, "llmretry: batch: pending -1 is negative: llmretry: invalid configuration"},
+		{"negative_runs", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Runs: -2}, "llmretry: batch: runs -2 is negative: llmretry: invalid configuration"},
+		{"negative_wait", &batch.Runner[string, string]{Chain: f.chain(), Dead: sink, Waits: []time.Duration{1, -1}}, "llmretry: batch: wait 2 is negative: llmretry: invalid configuration"},
+		{"bad_chain", &batch.Runner[string, string]{Chain: &llmretry.Chain[string, string]{}, Dead: sink}, "llmretry: chain has no backends"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -586,4 +586,48 @@ func TestNilItems(t *testing.T) {
 	if counts != (batch.Counts{}) || err != nil {
 		t.Errorf("Run(nil) = %+v, %v, want no counts, nil", counts, err)
 	}
+}
+
+// A backend that runs an inner chain twice per call is billed for both
+// runs, and the batch's counts add up what every call cost: the inner
+// chains' attempts once each, failed runs included.
+func TestCountsUsageOfNestedChains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		each := llmretry.Usage{InputTokens: 10, OutputTokens: 1}
+		inner := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{
+			Model: "inner",
+			Call: func(ctx context.Context, id string) (string, error) {
+				llmretry.ReportUsage(ctx, each)
+				return "inner " + id, nil
+			},
+		}}}
+		var runs sync.Map // item ID → runs so far
+		outer := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{
+			Model: "outer",
+			Call: func(ctx context.Context, id string) (string, error) {
+				for range 2 {
+					if _, err := inner.Do(ctx, id); err != nil {
+						return "", err
+					}
+				}
+				n, _ := runs.LoadOrStore(id, new(atomic.Int32))
+				if id == "fails" && n.(*atomic.Int32).Add(1) < 3 {
+					return "", overloaded
+				}
+				return "answer " + id, nil
+			},
+		}}}
+		var rec record
+		r := rec.runner(outer)
+		r.Waits = []time.Duration{time.Second}
+		counts, err := r.Run(context.Background(), items("a", "b", "fails"))
+		if err != nil {
+			t.Fatalf("Run() error = %v, want nil", err)
+		}
+		// a and b one call each, fails three: five calls, two inner runs each.
+		want := batch.Counts{Succeeded: 3, Usage: llmretry.Usage{InputTokens: 100, OutputTokens: 10}}
+		if d := cmp.Diff(want, counts); d != "" {
+			t.Errorf("Run() counts differ (-want +got):\n%s", d)
+		}
+	})
 }

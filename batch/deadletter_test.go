@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -271,4 +272,70 @@ func TestJSONLinesWriteError(t *testing.T) {
 	if want := `llmretry: batch: writing dead letter of item "a": no space left on device`; err == nil || err.Error() != want {
 		t.Errorf("Put() = %v, want %q", err, want)
 	}
+}
+
+// A model's output that echoes a pasted key reaches no dead letter: the
+// raw output of every run kept is redacted in the JSON, and the error
+// values still hold it whole for the caller.
+func TestDeadLettersRedactRawText(t *testing.T) {
+	const secret = "sk-abcdefghijPLANTEDuvwxyz012345"
+	raw := "the key you pasted is " + secret + ", and Bearer PLANTEDtoken0123"
+	synctest.Test(t, func(t *testing.T) {
+		chain := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{
+			Model: "m",
+			Call: func(_ context.Context, id string) (string, error) {
+				if id == "parse" {
+					return "", llmretry.ParseFailure(raw, errors.New("invalid JSON"))
+				}
+				return "", &llmretry.Failure{Kind: llmretry.KindTransient, Status: 503, RawText: &raw}
+			},
+		}}}
+		var rec record
+		r := rec.runner(chain)
+		r.Runs = 3
+		r.Waits = []time.Duration{time.Second}
+		var buf bytes.Buffer
+		sink := batch.JSONLines(&buf)
+		var letters []batch.DeadLetter
+		r.Dead = batch.SinkFunc(func(d batch.DeadLetter) error {
+			letters = append(letters, d)
+			return sink.Put(d)
+		})
+		if _, err := r.Run(context.Background(), items("parse", "busy")); err != nil {
+			t.Fatalf("Run() error = %v, want nil", err)
+		}
+		if len(letters) != 2 {
+			t.Fatalf("dead letters = %d, want 2", len(letters))
+		}
+		var ex *llmretry.Exhausted
+		if !errors.As(letters[1].Err, &ex) || len(letters[1].Earlier) == 0 || ex.Attempts[0].RawText == nil || *ex.Attempts[0].RawText != raw {
+			t.Fatalf("dead letter %+v: want runs before the last, and the raw output kept whole in the records", letters[1])
+		}
+		if !strings.Contains(buf.String(), "REDACTED") {
+			t.Errorf("dead letters = %s, want the raw output there, redacted", buf.String())
+		}
+		for _, d := range letters {
+			var logs bytes.Buffer
+			slog.New(slog.NewJSONHandler(&logs, nil)).Error("dead", "err", d.Err, "earlier", d.Earlier)
+			for what, s := range map[string]string{
+				"JSONLines":    buf.String(),
+				"json.Marshal": string(must(json.Marshal(d))),
+				"fmt %v":       fmt.Sprintf("%v", d),
+				"slog JSON":    logs.String(),
+				"Err.Error()":  d.Err.Error(),
+			} {
+				if strings.Contains(s, "PLANTED") {
+					t.Errorf("dead letter %q: %s leaks a planted secret:\n%s", d.ID, what, s)
+				}
+			}
+		}
+	})
+}
+
+// must returns b, failing on err: for values that always encode.
+func must(b []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -1,6 +1,7 @@
 package llmretrytest
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -103,9 +104,19 @@ type anthropicMessageJSON struct {
 	Usage        anthropicUsage   `json:"usage"`
 }
 
+// anthropicBlock is a text block (text) or a tool_use block (id, name,
+// input).
 type anthropicBlock struct {
-	Type string `json:"type"` // "text"
-	Text string `json:"text"`
+	Type  string          `json:"type"`
+	Text  *string         `json:"text,omitempty"`
+	ID    string          `json:"id,omitempty"`
+	Name  string          `json:"name,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+}
+
+// anthropicToolUse is a ToolCall's tool_use block, with input as given.
+func anthropicToolUse(x *exchange, st Step, input string) anthropicBlock {
+	return anthropicBlock{Type: "tool_use", ID: "toolu_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N), Name: st.tool, Input: json.RawMessage(input)}
 }
 
 type anthropicUsage struct {
@@ -125,6 +136,8 @@ func anthropicStop(st Step) *string {
 		return nullable("max_tokens")
 	case kindRefused:
 		return nullable("refusal")
+	case kindToolCall:
+		return nullable("tool_use")
 	case kindStreamUnfinished:
 		return nil
 	}
@@ -135,7 +148,11 @@ func anthropicJSON(x *exchange, st Step) []byte {
 	chunks := st.textChunks()
 	content := []anthropicBlock{} // Anthropic sends [] for an answer with no text
 	if len(chunks) > 0 {
-		content = append(content, anthropicBlock{Type: "text", Text: strings.Join(chunks, "")})
+		text := strings.Join(chunks, "")
+		content = append(content, anthropicBlock{Type: "text", Text: &text})
+	}
+	if st.kind == kindToolCall {
+		content = append(content, anthropicToolUse(x, st, st.text))
 	}
 	return mustJSON(anthropicMessageJSON{
 		ID:         anthropicID(x),
@@ -144,7 +161,7 @@ func anthropicJSON(x *exchange, st Step) []byte {
 		Model:      x.req.Model,
 		Content:    content,
 		StopReason: anthropicStop(st),
-		Usage:      anthropicUsage{InputTokens: inputTokens, OutputTokens: len(chunks)},
+		Usage:      anthropicUsage{InputTokens: inputTokens, OutputTokens: st.outputTokens()},
 	})
 }
 
@@ -165,9 +182,12 @@ type anthropicBlockDelta struct {
 	Delta anthropicDelta `json:"delta"`
 }
 
+// anthropicDelta is a text_delta (text) or an input_json_delta
+// (partial_json); neither is ever empty.
 type anthropicDelta struct {
-	Type string `json:"type"` // "text_delta"
-	Text string `json:"text"`
+	Type        string `json:"type"`
+	Text        string `json:"text,omitempty"`
+	PartialJSON string `json:"partial_json,omitempty"`
 }
 
 type anthropicMessageDelta struct {
@@ -203,9 +223,27 @@ func anthropicStream(x *exchange, st Step) bool {
 	if !x.event("ping", []byte(`{"type": "ping"}`)) {
 		return false
 	}
+	if st.kind == kindToolCall {
+		// The block opens with an empty input; the input comes a piece
+		// of JSON per delta.
+		block := anthropicBlockStart{Type: "content_block_start", ContentBlock: anthropicToolUse(x, st, "{}")}
+		if !x.event("content_block_start", mustJSON(block)) {
+			return false
+		}
+		for i, args := range st.argChunks() {
+			delta := anthropicBlockDelta{Type: "content_block_delta", Delta: anthropicDelta{Type: "input_json_delta", PartialJSON: args}}
+			if !x.pause(st, i) || !x.event("content_block_delta", mustJSON(delta)) {
+				return false
+			}
+		}
+		if !x.event("content_block_stop", []byte(`{"type":"content_block_stop","index":0}`)) {
+			return false
+		}
+	}
 	texts := st.textChunks()
 	if len(texts) > 0 {
-		block := anthropicBlockStart{Type: "content_block_start", ContentBlock: anthropicBlock{Type: "text"}}
+		empty := ""
+		block := anthropicBlockStart{Type: "content_block_start", ContentBlock: anthropicBlock{Type: "text", Text: &empty}}
 		if !x.event("content_block_start", mustJSON(block)) {
 			return false
 		}
@@ -228,7 +266,7 @@ func anthropicStream(x *exchange, st Step) bool {
 	if len(texts) > 0 && !x.event("content_block_stop", []byte(`{"type":"content_block_stop","index":0}`)) {
 		return false
 	}
-	end := anthropicMessageDelta{Type: "message_delta", Usage: anthropicUsage{OutputTokens: len(texts)}}
+	end := anthropicMessageDelta{Type: "message_delta", Usage: anthropicUsage{OutputTokens: st.outputTokens()}}
 	end.Delta.StopReason = anthropicStop(st)
 	// message_delta's output_tokens is the total.
 	if !x.sendingUsage(answerUsage(st), func() bool { return x.event("message_delta", mustJSON(end)) }) {

@@ -94,7 +94,8 @@
 // # Timing
 //
 // [Step.After] delays a response and [Step.Every] spaces a stream's
-// chunks. Delays and stalls ([StallHeaders], [StreamStall],
+// chunks, of text or of a [ToolCall]'s arguments, which come in events
+// that carry no text: a stream that is busy without delivering any. Delays and stalls ([StallHeaders], [StreamStall],
 // [PartialHeaders]) and bodies that never end ([EndlessBody], [Trickle])
 // end when the client goes away (cancels its request or closes the
 // connection) or when the server is closed; the connection is then cut

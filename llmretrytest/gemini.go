@@ -1,6 +1,7 @@
 package llmretrytest
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -214,8 +215,16 @@ type geminiContent struct {
 	Role  string       `json:"role"`
 }
 
+// geminiPart is a text part or a functionCall part; a text part's text
+// is never empty.
 type geminiPart struct {
-	Text string `json:"text"`
+	Text         string              `json:"text,omitempty"`
+	FunctionCall *geminiFunctionCall `json:"functionCall,omitempty"`
+}
+
+type geminiFunctionCall struct {
+	Name string          `json:"name"`
+	Args json.RawMessage `json:"args"`
 }
 
 type geminiUsage struct {
@@ -264,6 +273,18 @@ func geminiChunk(x *exchange, text string, finish string, u Usage) []byte {
 	if text != "" {
 		parts = []geminiPart{{Text: text}}
 	}
+	return geminiParts(x, parts, finish, u)
+}
+
+// geminiCall is the one response that answers a ToolCall: Gemini sends a
+// function call whole, with its finish reason.
+func geminiCall(x *exchange, st Step) []byte {
+	call := &geminiFunctionCall{Name: st.tool, Args: json.RawMessage(st.text)}
+	return geminiParts(x, []geminiPart{{FunctionCall: call}}, geminiFinish(st), answerUsage(st))
+}
+
+// geminiParts is one response with parts as the candidate's content.
+func geminiParts(x *exchange, parts []geminiPart, finish string, u Usage) []byte {
 	return mustJSON(geminiResponse{
 		Candidates:    []geminiCandidate{{Content: geminiContent{Parts: parts, Role: "model"}, FinishReason: finish}},
 		UsageMetadata: newGeminiUsage(u),
@@ -273,6 +294,9 @@ func geminiChunk(x *exchange, text string, finish string, u Usage) []byte {
 }
 
 func geminiJSON(x *exchange, st Step) []byte {
+	if st.kind == kindToolCall {
+		return geminiCall(x, st)
+	}
 	return geminiChunk(x, strings.Join(st.textChunks(), ""), geminiFinish(st), answerUsage(st))
 }
 
@@ -285,6 +309,9 @@ func geminiStream(x *exchange, st Step) bool {
 		errType, code, param, msg := geminiError(http.StatusOK, st, x.req.Model)
 		status := statusForType(errType)
 		return x.event("", geminiErrorBody(status, errType, code, param, msg))
+	}
+	if st.kind == kindToolCall {
+		return x.usageEvent(geminiCall(x, st), answerUsage(st))
 	}
 	texts := st.textChunks()
 	finish := geminiFinish(st)

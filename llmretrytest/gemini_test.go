@@ -54,6 +54,10 @@ func TestGeminiWire(t *testing.T) {
 {"candidates":[{"content":{"parts":[{"text":"there"}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
 		{"details", Answer("Hi there").WithUsageDetails(4, 1), false, 200, `{"candidates":[{"content":{"parts":[{"text":"Hi there"}],"role":"model"},"finishReason":"STOP","index":0}],
 			"usageMetadata":{"promptTokenCount":10,"cachedContentTokenCount":4,"candidatesTokenCount":1,"thoughtsTokenCount":1,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
+		{"tool_call", ToolCall("get_weather", `{"city": "Paris"}`), false, 200, `{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}],"role":"model"},"finishReason":"STOP","index":0}],
+			"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
+		{"tool_call_stream", ToolCall("get_weather", `{"city": "Paris"}`), true, 200, `{"candidates":[{"content":{"parts":[{"functionCall":{"name":"get_weather","args":{"city":"Paris"}}}],"role":"model"},"finishReason":"STOP","index":0}],
+			"usageMetadata":{"promptTokenCount":10,"candidatesTokenCount":2,"totalTokenCount":12},"modelVersion":"m","responseId":"resp_m_1"}`},
 		{"stream_error", StreamError("UNAVAILABLE"), true, 200, `{"error":{"code":503,"message":"The service encountered an error: UNAVAILABLE.","status":"UNAVAILABLE"}}`},
 	}
 	for _, tc := range tests {

@@ -137,7 +137,7 @@ func (m *meter) take(n int64, now time.Time) {
 
 // cost is what a request that plays st takes from the tokens bucket: the
 // usage its answer reports.
-func cost(st Step) int64 { return int64(inputTokens + len(st.textChunks())) }
+func cost(st Step) int64 { return int64(inputTokens + st.outputTokens()) }
 
 // admit decides, at now, whether a request of api for model that would
 // play st is let through its model's limits, and returns the step to play

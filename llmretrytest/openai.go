@@ -116,9 +116,24 @@ type openAIChoice struct {
 }
 
 type openAIMessage struct {
-	Role    string  `json:"role"`
-	Content string  `json:"content"`
-	Refusal *string `json:"refusal"` // always null
+	Role      string           `json:"role"`
+	Content   *string          `json:"content"` // null for a tool call
+	Refusal   *string          `json:"refusal"` // always null
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
+}
+
+// openAIToolCall is a tool call in a message, and in a stream's delta,
+// where the id, type and name come in its first chunk only.
+type openAIToolCall struct {
+	Index    *int               `json:"index,omitempty"` // in a delta only
+	ID       string             `json:"id,omitempty"`
+	Type     string             `json:"type,omitempty"`
+	Function openAIFunctionCall `json:"function"`
+}
+
+type openAIFunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
 }
 
 type openAIChunk struct {
@@ -138,12 +153,18 @@ type openAIChunkChoice struct {
 }
 
 type openAIDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string           `json:"role,omitempty"`
+	Content   *string          `json:"content,omitempty"`
+	ToolCalls []openAIToolCall `json:"tool_calls,omitempty"`
 }
 
 func openAIID(x *exchange) string {
 	return "chatcmpl-" + idSafe(x.req.Model) + "-" + strconv.Itoa(x.req.N)
+}
+
+// toolCallID is the id of a ToolCall's call, on the OpenAI endpoints.
+func toolCallID(x *exchange) string {
+	return "call_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N)
 }
 
 // openAIFinish is the finish_reason a step ends with; nil (null) for a
@@ -154,6 +175,8 @@ func openAIFinish(st Step) *string {
 		return nullable("length")
 	case kindRefused:
 		return nullable("content_filter")
+	case kindToolCall:
+		return nullable("tool_calls")
 	case kindStreamUnfinished:
 		return nil
 	}
@@ -161,17 +184,23 @@ func openAIFinish(st Step) *string {
 }
 
 func openAIJSON(x *exchange, st Step) []byte {
-	chunks := st.textChunks()
+	msg := openAIMessage{Role: "assistant"}
+	if st.kind == kindToolCall {
+		msg.ToolCalls = []openAIToolCall{{ID: toolCallID(x), Type: "function", Function: openAIFunctionCall{Name: st.tool, Arguments: st.text}}}
+	} else {
+		text := strings.Join(st.textChunks(), "")
+		msg.Content = &text
+	}
 	return mustJSON(openAICompletion{
 		ID:      openAIID(x),
 		Object:  "chat.completion",
 		Created: x.req.Time.Unix(),
 		Model:   x.req.Model,
 		Choices: []openAIChoice{{
-			Message:      openAIMessage{Role: "assistant", Content: strings.Join(chunks, "")},
+			Message:      msg,
 			FinishReason: openAIFinish(st),
 		}},
-		Usage: newOpenAIUsage(st, len(chunks)),
+		Usage: newOpenAIUsage(st, st.outputTokens()),
 	})
 }
 
@@ -198,6 +227,21 @@ func openAIStream(x *exchange, st Step) bool {
 	if st.kind == kindStreamError {
 		errType, code, param, msg := openAIError(http.StatusOK, st, x.req.Model)
 		return x.event("", mustJSON(openAIErrorJSON{openAIErrorObj(errType, code, param, msg)}))
+	}
+	if st.kind == kindToolCall {
+		// The call's id, type and name come first, with no arguments;
+		// then the arguments, a piece per chunk.
+		zero := 0
+		call := openAIToolCall{Index: &zero, ID: toolCallID(x), Type: "function", Function: openAIFunctionCall{Name: st.tool}}
+		if !x.event("", chunk(openAIDelta{ToolCalls: []openAIToolCall{call}}, nil)) {
+			return false
+		}
+		for i, args := range st.argChunks() {
+			piece := openAIToolCall{Index: &zero, Function: openAIFunctionCall{Arguments: args}}
+			if !x.pause(st, i) || !x.event("", chunk(openAIDelta{ToolCalls: []openAIToolCall{piece}}, nil)) {
+				return false
+			}
+		}
 	}
 	texts := st.textChunks()
 	for i, text := range texts {
@@ -226,7 +270,7 @@ func openAIStream(x *exchange, st Step) bool {
 			Created: x.req.Time.Unix(),
 			Model:   x.req.Model,
 			Choices: []openAIChunkChoice{},
-			Usage:   newOpenAIUsage(st, len(texts)),
+			Usage:   newOpenAIUsage(st, st.outputTokens()),
 		})
 		if !x.sendingUsage(answerUsage(st), func() bool { return x.event("", usage) }) {
 			return false

@@ -13,7 +13,7 @@ import (
 // incomplete_details.reason "max_output_tokens" for [Truncated] and
 // "content_filter" for [Refuse]; "failed" with an error object for
 // [Failed]; "in_progress" for [StreamUnfinished], whose answer never
-// ended. A stream is SSE events, each named by its type and carrying it
+// ended. A [ToolCall] answers with a function_call output item. A stream is SSE events, each named by its type and carrying it
 // in its data: response.created, one response.output_text.delta per text
 // chunk, and then the response as it ended, in response.completed,
 // response.incomplete or response.failed; a [StreamError] sends an error
@@ -54,12 +54,17 @@ type responsesIncomplete struct {
 	Reason string `json:"reason"`
 }
 
+// responsesOutputItem is a message (role and content) or a function_call
+// (call_id, name and arguments).
 type responsesOutputItem struct {
-	Type    string             `json:"type"`
-	ID      string             `json:"id"`
-	Status  string             `json:"status"`
-	Role    string             `json:"role"`
-	Content []responsesContent `json:"content"`
+	Type      string             `json:"type"`
+	ID        string             `json:"id"`
+	Status    string             `json:"status"`
+	Role      string             `json:"role,omitempty"`
+	Content   []responsesContent `json:"content,omitempty"`
+	CallID    string             `json:"call_id,omitempty"`
+	Name      string             `json:"name,omitempty"`
+	Arguments *string            `json:"arguments,omitempty"`
 }
 
 type responsesContent struct {
@@ -97,6 +102,10 @@ type responsesEvent struct {
 	ContentIndex *int      `json:"content_index,omitempty"`
 	Delta        *string   `json:"delta,omitempty"`
 	Logprobs     *[]string `json:"logprobs,omitempty"`
+	// response.output_item.added and .done
+	Item *responsesOutputItem `json:"item,omitempty"`
+	// response.function_call_arguments.done
+	Arguments *string `json:"arguments,omitempty"`
 	// error
 	Code    *string `json:"code,omitempty"`
 	Message *string `json:"message,omitempty"`
@@ -108,6 +117,15 @@ func responsesID(x *exchange) string {
 }
 func responsesItemID(x *exchange) string {
 	return "msg_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N)
+}
+
+// responsesCall is a ToolCall's function_call item, with status and the
+// arguments sent so far.
+func responsesCall(x *exchange, st Step, status, args string) responsesOutputItem {
+	return responsesOutputItem{
+		Type: "function_call", ID: "fc_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N), Status: status,
+		CallID: toolCallID(x), Name: st.tool, Arguments: &args,
+	}
 }
 
 // responsesEnd is the status a step's response ends with, and the
@@ -146,11 +164,14 @@ func responsesObj(x *exchange, st Step, status string, chunks []string) *respons
 			Content: []responsesContent{{Type: "output_text", Annotations: []string{}, Text: text}},
 		})
 	}
+	if st.kind == kindToolCall {
+		obj.Output = append(obj.Output, responsesCall(x, st, "completed", st.text))
+	}
 	if status != "in_progress" || st.kind == kindStreamUnfinished {
 		// A JSON answer that never finished still reports what it
 		// cost, as the Chat endpoint's does; a stream's opening
 		// response reports nothing yet.
-		obj.Usage = newResponsesUsage(st, len(chunks))
+		obj.Usage = newResponsesUsage(st, len(chunks)+len(st.argChunks()))
 	}
 	return obj
 }
@@ -180,8 +201,27 @@ func responsesStream(x *exchange, st Step) bool {
 		errType, _, param, msg := openAIError(http.StatusOK, st, x.req.Model)
 		return send(responsesEvent{Type: "error", Code: &errType, Message: &msg, Param: nullable(param)})
 	}
-	texts := st.textChunks()
 	id, zero := responsesItemID(x), 0
+	if st.kind == kindToolCall {
+		// The item opens with no arguments; they come a piece per event,
+		// and then whole, before the item is done.
+		call := responsesCall(x, st, "in_progress", "")
+		if !send(responsesEvent{Type: "response.output_item.added", OutputIndex: &zero, Item: &call}) {
+			return false
+		}
+		for i, args := range st.argChunks() {
+			if !x.pause(st, i) || !send(responsesEvent{Type: "response.function_call_arguments.delta",
+				ItemID: &call.ID, OutputIndex: &zero, Delta: &args}) {
+				return false
+			}
+		}
+		done := responsesCall(x, st, "completed", st.text)
+		if !send(responsesEvent{Type: "response.function_call_arguments.done", ItemID: &call.ID, OutputIndex: &zero, Arguments: &st.text}) ||
+			!send(responsesEvent{Type: "response.output_item.done", OutputIndex: &zero, Item: &done}) {
+			return false
+		}
+	}
+	texts := st.textChunks()
 	for i, text := range texts {
 		if !x.pause(st, i) || !send(responsesEvent{Type: "response.output_text.delta",
 			ItemID: &id, OutputIndex: &zero, ContentIndex: &zero, Delta: &text, Logprobs: &[]string{}}) {

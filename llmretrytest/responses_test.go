@@ -31,6 +31,12 @@ func rsMessage(status, text string) string {
 	return `[{"type":"message","id":"msg_m_1","status":"` + status + `","role":"assistant","content":[{"type":"output_text","annotations":[],"text":"` + text + `"}]}]`
 }
 
+// rsCall is a ToolCall's function_call item, with args as a JSON string's
+// content.
+func rsCall(status, args string) string {
+	return `{"type":"function_call","id":"fc_m_1","status":"` + status + `","call_id":"call_m_1","name":"get_weather","arguments":"` + args + `"}`
+}
+
 func rsUsage(out, cached, reasoning int) string {
 	return fmt.Sprintf(`{"input_tokens":10,"input_tokens_details":{"cached_tokens":%d},"output_tokens":%d,"output_tokens_details":{"reasoning_tokens":%d},"total_tokens":%d}`,
 		cached, out, reasoning, 10+out)
@@ -59,6 +65,7 @@ func TestResponsesJSON(t *testing.T) {
 			`"error":{"code":"server_error","message":"The model failed to generate a response: server_error."},"incomplete_details":null,`,
 			`[]`, rsUsage(0, 0, 0))},
 		{"unfinished", StreamUnfinished(1), rsObject("in_progress", rsNoEnd, rsMessage("incomplete", "chunk1 "), rsUsage(1, 0, 0))},
+		{"tool_call", ToolCall("get_weather", `{"city": "Paris"}`), rsObject("completed", rsNoEnd, `[`+rsCall("completed", `{\"city\": \"Paris\"}`)+`]`, rsUsage(2, 0, 0))},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,6 +126,13 @@ func TestResponsesStreams(t *testing.T) {
 			{"error", `{"type":"error","sequence_number":1,"code":"server_error","message":"The server had an error while processing your request: server_error."}`}}},
 		{name: "drop", step: StreamDrop(1), wantErr: io.ErrUnexpectedEOF, want: []event{created(0), delta(1, "chunk1 ")}},
 		{name: "unfinished", step: StreamUnfinished(1), want: []event{created(0), delta(1, "chunk1 ")}},
+		{name: "tool_call", step: ToolCall("get_weather", `{"city": "Paris"}`), want: []event{created(0),
+			{"response.output_item.added", `{"type":"response.output_item.added","sequence_number":1,"output_index":0,"item":` + rsCall("in_progress", "") + `}`},
+			{"response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":2,"item_id":"fc_m_1","output_index":0,"delta":"{\"city\": "}`},
+			{"response.function_call_arguments.delta", `{"type":"response.function_call_arguments.delta","sequence_number":3,"item_id":"fc_m_1","output_index":0,"delta":"\"Paris\"}"}`},
+			{"response.function_call_arguments.done", `{"type":"response.function_call_arguments.done","sequence_number":4,"item_id":"fc_m_1","output_index":0,"arguments":"{\"city\": \"Paris\"}"}`},
+			{"response.output_item.done", `{"type":"response.output_item.done","sequence_number":5,"output_index":0,"item":` + rsCall("completed", `{\"city\": \"Paris\"}`) + `}`},
+			end("response.completed", 6, rsObject("completed", rsNoEnd, `[`+rsCall("completed", `{\"city\": \"Paris\"}`)+`]`, rsUsage(2, 0, 0)))}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,8 +1,10 @@
 package llmretrytest
 
 import (
+	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 )
@@ -32,6 +34,7 @@ const (
 	kindTrickle
 	kindPartialHeaders
 	kindRefused
+	kindToolCall
 )
 
 // Step is one scripted response: what the server does with one request.
@@ -45,7 +48,8 @@ type Step struct {
 	cached, reasoning int64
 
 	kind    stepKind
-	text    string      // Answer, Truncated, Refuse
+	text    string      // Answer, Truncated, Refuse; ToolCall's arguments
+	tool    string      // ToolCall's tool name
 	status  int         // Status
 	chunks  int         // StreamDrop, StreamUnfinished, StreamStall
 	errType string      // StreamError; for Status, the bucket that refused a request (Limit)
@@ -61,6 +65,7 @@ type Step struct {
 //	Answer(text)             "answer"
 //	Truncated(text)          "truncated"
 //	Refuse(text)             "refused"
+//	ToolCall(name, args)     "tool call name"
 //	Status(503)              "status 503"
 //	InsufficientQuota()      "status 429 insufficient_quota"
 //	RetryDelay(time.Second)  "status 429 retry_delay"
@@ -90,6 +95,8 @@ func (s Step) String() string {
 		return "truncated"
 	case kindRefused:
 		return "refused"
+	case kindToolCall:
+		return "tool call " + s.tool
 	case kindStatus:
 		if s.errType != "" { // a refusal by the model's limits: "requests" or "tokens"
 			return statusName(s.status) + " " + s.errType
@@ -154,6 +161,32 @@ func Truncated(text string) Step { return Step{kind: kindTruncated, text: text} 
 // finish_reason "content_filter". Both providers answer a refusal with
 // status 200 and usage, as they do an answer.
 func Refuse(text string) Step { return Step{kind: kindRefused, text: text} }
+
+// ToolCall is a complete answer that calls the caller's tool name with
+// arguments, a JSON object in text, and has no text: status 200, OpenAI's
+// finish_reason "tool_calls" with one function tool call (id
+// "call_<model>_<N>"), the Responses API's completed response with one
+// function_call item (call_id "call_<model>_<N>"), Anthropic's stop_reason
+// "tool_use" with one tool_use block (id "toolu_<model>_<N>"), and
+// Gemini's finishReason STOP with one functionCall part. A stream sends
+// the arguments split into chunks as [Answer] splits its text, with no
+// text at all: OpenAI's tool_calls deltas, the Responses API's
+// response.output_item.added, one response.function_call_arguments.delta
+// per chunk, response.function_call_arguments.done and
+// response.output_item.done, Anthropic's tool_use content block with one
+// input_json_delta per chunk; Gemini, which sends a function call whole,
+// sends it in one event with its finishReason. [Step.Every] spaces the
+// argument chunks. Usage counts one output token per chunk. ToolCall
+// panics if name is empty or arguments is not a JSON object.
+func ToolCall(name, arguments string) Step {
+	if name == "" {
+		panic("llmretrytest: ToolCall with an empty tool name")
+	}
+	if !json.Valid([]byte(arguments)) || !strings.HasPrefix(strings.TrimSpace(arguments), "{") {
+		panic("llmretrytest: ToolCall(" + strconv.Quote(name) + ", " + strconv.Quote(arguments) + "): want the arguments as a JSON object")
+	}
+	return Step{kind: kindToolCall, tool: name, text: arguments}
+}
 
 // Status is an HTTP error response with code and the provider's error
 // body for it. OpenAI's body is {"error":{"message","type","param","code"}},
@@ -376,6 +409,19 @@ func (s Step) textChunks() []string {
 	}
 	return nil
 }
+
+// argChunks is the tool call's arguments a step streams, one chunk per
+// element; none for a step that calls no tool.
+func (s Step) argChunks() []string {
+	if s.kind != kindToolCall {
+		return nil
+	}
+	return splitWords(s.text)
+}
+
+// outputTokens is what a whole answer to s costs in output tokens: one
+// per chunk of text or of a tool call's arguments.
+func (s Step) outputTokens() int { return len(s.textChunks()) + len(s.argChunks()) }
 
 // splitWords splits text into words, each with the whitespace that follows
 // it; whitespace before the first word stays with it. The pieces join back

@@ -18,6 +18,7 @@ func TestStepString(t *testing.T) {
 		{Answer("hi"), "answer"},
 		{Truncated("hi"), "truncated"},
 		{Refuse("hi"), "refused"},
+		{ToolCall("get_weather", `{}`).Every(time.Second), "tool call get_weather"},
 		{Status(503), "status 503"},
 		{Status(429).WithHeader("retry-after", "1").After(time.Second), "status 429"},
 		{InsufficientQuota(), "status 429 insufficient_quota"},
@@ -80,6 +81,9 @@ func TestStepPanics(t *testing.T) {
 		{"huge_negative", func() Step { return HugeBody(-1) }, "llmretrytest: HugeBody(-1)"},
 		{"trickle_zero", func() Step { return Trickle(0) }, "llmretrytest: Trickle(0s)"},
 		{"trickle_negative", func() Step { return Trickle(-time.Second) }, "llmretrytest: Trickle(-1s)"},
+		{"tool_call_no_name", func() Step { return ToolCall("", `{}`) }, "llmretrytest: ToolCall with an empty tool name"},
+		{"tool_call_not_json", func() Step { return ToolCall("f", `{"a":`) }, `llmretrytest: ToolCall("f", "{\"a\":")`},
+		{"tool_call_not_object", func() Step { return ToolCall("f", `[1]`) }, `llmretrytest: ToolCall("f", "[1]")`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

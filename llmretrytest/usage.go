@@ -10,7 +10,7 @@ type Usage = llmretry.Usage
 // answerUsage is the usage of a whole answer to st, as every endpoint's
 // JSON body and its stream's last usage event report it.
 func answerUsage(st Step) Usage {
-	return Usage{InputTokens: inputTokens, OutputTokens: int64(len(st.textChunks())), CachedInputTokens: st.cached, ReasoningTokens: st.reasoning}
+	return Usage{InputTokens: inputTokens, OutputTokens: int64(st.outputTokens()), CachedInputTokens: st.cached, ReasoningTokens: st.reasoning}
 }
 
 // sendingUsage logs u as the usage the client is told for this request,

@@ -51,6 +51,14 @@ func TestJSONAnswers(t *testing.T) {
 		{"anthropic_unfinished", "anthropic", StreamUnfinished(1), `{"id":"msg_m_1","type":"message","role":"assistant","model":"m",
 			"content":[{"type":"text","text":"chunk1 "}],"stop_reason":null,"stop_sequence":null,
 			"usage":{"input_tokens":10,"output_tokens":1}}`},
+		{"openai_tool_call", "openai", ToolCall("get_weather", `{"city": "Paris"}`), `{"id":"chatcmpl-m-1","object":"chat.completion","created":CREATED,"model":"m",
+			"choices":[{"index":0,"message":{"role":"assistant","content":null,"refusal":null,
+				"tool_calls":[{"id":"call_m_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}}]},
+				"logprobs":null,"finish_reason":"tool_calls"}],
+			"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`},
+		{"anthropic_tool_call", "anthropic", ToolCall("get_weather", `{"city": "Paris"}`), `{"id":"msg_m_1","type":"message","role":"assistant","model":"m",
+			"content":[{"type":"tool_use","id":"toolu_m_1","name":"get_weather","input":{"city":"Paris"}}],"stop_reason":"tool_use","stop_sequence":null,
+			"usage":{"input_tokens":10,"output_tokens":2}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,6 +147,12 @@ func TestStreams(t *testing.T) {
 		{name: "openai_drop_0", api: "openai", step: StreamDrop(0), wantErr: io.ErrUnexpectedEOF, want: []ev{{"", oaRole}}},
 		{name: "openai_unfinished", api: "openai", step: StreamUnfinished(1), want: []ev{
 			{"", oaRole}, {"", oaText("chunk1 ")}}},
+		{name: "openai_tool_call", api: "openai", step: ToolCall("get_weather", `{"city": "Paris"}`), want: []ev{
+			{"", oaRole},
+			{"", oaChunk(`{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_m_1","type":"function","function":{"name":"get_weather","arguments":""}}]},"logprobs":null,"finish_reason":null}`)},
+			{"", oaChunk(`{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\": "}}]},"logprobs":null,"finish_reason":null}`)},
+			{"", oaChunk(`{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]},"logprobs":null,"finish_reason":null}`)},
+			{"", oaFinish("tool_calls")}, {"", oaUsage(2)}, {"", "[DONE]"}}},
 		{name: "openai_malformed", api: "openai", step: Malformed(), want: []ev{
 			{"", `{"id":"chatcmpl-m-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hel`}}},
 		{name: "anthropic_answer", api: "anthropic", step: Answer("Hi there"), want: []ev{
@@ -160,6 +174,12 @@ func TestStreams(t *testing.T) {
 		{name: "anthropic_unfinished", api: "anthropic", step: StreamUnfinished(2), want: []ev{
 			{"message_start", anStart}, {"ping", anPing}, {"content_block_start", anBlock},
 			{"content_block_delta", anText("chunk1 ")}, {"content_block_delta", anText("chunk2 ")}}},
+		{name: "anthropic_tool_call", api: "anthropic", step: ToolCall("get_weather", `{"city": "Paris"}`), want: []ev{
+			{"message_start", anStart}, {"ping", anPing},
+			{"content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_m_1","name":"get_weather","input":{}}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"city\": "}}`},
+			{"content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}`},
+			{"content_block_stop", anBlockStop}, {"message_delta", anDelta("tool_use", 2)}, {"message_stop", anStop}}},
 		{name: "anthropic_malformed", api: "anthropic", step: Malformed(), want: []ev{
 			{"message_start", `{"type":"message_start","message":{"id":"msg_m_1","type":"mess`}}},
 	}

@@ -15,6 +15,13 @@ import (
 	"github.com/llmretry/llmretry"
 )
 
+// provider is the Provider of every Backend this package returns: the
+// name the OpenTelemetry GenAI conventions give Anthropic. A client
+// pointed at another service that serves Claude (AWS Bedrock, Vertex AI)
+// is not Anthropic: set the Backend's Provider to that service's name,
+// such as "aws.bedrock".
+const provider = "anthropic"
+
 // Messages returns a Backend that sends each request to the Messages API
 // with client.Messages.New and answers with a [llmretry.Completion] whose Raw
 // is the *anthropic.Message.
@@ -49,7 +56,8 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 		panic("anthropicretry: Messages with a nil build func")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
 			timeout, err := requestTimeout(ctx, params)
@@ -112,7 +120,9 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 		panic("anthropicretry: MessagesStream with a nil build func")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
 			// A request timeout of 0 overrides one set on the client: it
@@ -349,6 +359,7 @@ func complete(ctx context.Context, msg *anthropic.Message, text string) (llmretr
 	}
 	llmretry.ReportUsage(ctx, usage)
 	return llmretry.Completion{
+		ID:           msg.ID,
 		Model:        string(msg.Model),
 		Text:         text,
 		StopReason:   string(msg.StopReason),

@@ -241,7 +241,7 @@ func TestRetriesThenAnswers(t *testing.T) {
 			}
 			answer.Raw = nil // the SDK's types do not compare; checked above
 			want := llmretry.Completion{
-				Model: "claude-a", Text: "Hello there, friend.", StopReason: "end_turn",
+				ID: "msg_claude-a_3", Model: "claude-a", Text: "Hello there, friend.", StopReason: "end_turn",
 				InputTokens: 10, OutputTokens: 3,
 			}
 			if diff := cmp.Diff(want, answer); diff != "" {

@@ -126,6 +126,13 @@
 // that breaks is retried or taken to the next backend, since nobody has
 // seen its text.
 //
+// # Telemetry
+//
+// Every Backend says who serves it in Provider, "anthropic" (set it to the
+// service's name when the client points elsewhere, such as AWS Bedrock),
+// and MessagesStream's sets Stream; an answer's ID is the message's id.
+// Instrumentation such as contrib/otelretry reads them.
+//
 // # Concurrency
 //
 // The Backends keep no state between calls; they are safe for concurrent

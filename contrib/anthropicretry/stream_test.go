@@ -180,7 +180,7 @@ func TestStreamWithoutMessageStop(t *testing.T) {
 					t.Errorf("Completion.Raw = %#v, want an *anthropic.Message whose JSON holds the text", answer.Raw)
 				}
 				answer.Raw = nil
-				want := llmretry.Completion{Model: "claude-a", Text: "Hello", StopReason: "end_turn", InputTokens: 10, OutputTokens: 1}
+				want := llmretry.Completion{ID: "msg_1", Model: "claude-a", Text: "Hello", StopReason: "end_turn", InputTokens: 10, OutputTokens: 1}
 				if diff := cmp.Diff(want, answer); diff != "" {
 					t.Errorf("Do() answer (-want +got):\n%s", diff)
 				}

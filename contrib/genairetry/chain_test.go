@@ -242,7 +242,7 @@ func TestRetriesThenAnswers(t *testing.T) {
 			}
 			answer.Raw = nil // the SDK's types hold headers; checked above
 			want := llmretry.Completion{
-				Model: "gemini-a", Text: "Hello there, friend.", StopReason: "STOP",
+				ID: "resp_gemini-a_3", Model: "gemini-a", Text: "Hello there, friend.", StopReason: "STOP",
 				InputTokens: 10, OutputTokens: 3,
 			}
 			if diff := cmp.Diff(want, answer); diff != "" {

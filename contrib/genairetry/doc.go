@@ -49,10 +49,11 @@
 //	401, 403, 404                           rejected
 //	other statuses                          by [llmretry.ClassifyStatus]
 //	finishReason MAX_TOKENS                 truncated, keeping the partial text
-//	finishReason SAFETY, PROHIBITED_CONTENT,
-//	BLOCKLIST, SPII, IMAGE_SAFETY,
-//	IMAGE_PROHIBITED_CONTENT; a prompt
-//	blocked by promptFeedback.blockReason   refused ([llmretry.Refusal]), keeping the partial text
+//	finishReason SAFETY, RECITATION,
+//	PROHIBITED_CONTENT, BLOCKLIST, SPII,
+//	IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT,
+//	IMAGE_RECITATION; a prompt blocked
+//	by promptFeedback.blockReason           refused ([llmretry.Refusal]), keeping the partial text
 //	no text and no function call            parse (another sample may differ)
 //	no finishReason; a stream cut or ended
 //	before one; an undecodable body or event transient
@@ -95,6 +96,13 @@
 // again or taken to the next backend. With a nil emit the answer is held
 // whole and each chunk only reports [llmretry.Progress]: a stream that
 // breaks is retried or failed over, as nothing of it reached the caller.
+//
+// # Telemetry
+//
+// Every Backend says who serves it in Provider: "gcp.gemini" for a client
+// of the Gemini API, "gcp.vertex_ai" for one of Vertex AI.
+// GenerateContentStream's sets Stream; an answer's ID is the response's
+// responseId. Instrumentation such as contrib/otelretry reads them.
 //
 // # Concurrency
 //

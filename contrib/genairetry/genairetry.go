@@ -23,8 +23,9 @@ import (
 // off for it, whatever client and config say, on a copy of the config
 // (build's is not changed). Errors are mapped by [Failure]. An answer
 // that stopped at MAX_TOKENS is a [llmretry.Truncation], one blocked for
-// its content (finishReason SAFETY, PROHIBITED_CONTENT, BLOCKLIST, SPII,
-// IMAGE_SAFETY or IMAGE_PROHIBITED_CONTENT, or a prompt blocked by
+// its content (finishReason SAFETY, RECITATION, PROHIBITED_CONTENT,
+// BLOCKLIST, SPII, IMAGE_SAFETY, IMAGE_PROHIBITED_CONTENT or
+// IMAGE_RECITATION, or a prompt blocked by
 // promptFeedback.blockReason) a [llmretry.Refusal], one with neither text
 // nor a function call a [llmretry.ParseFailure], and one without a
 // finishReason a transient failure. Usage is reported from usageMetadata
@@ -38,7 +39,8 @@ import (
 func GenerateContent[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContent", client, model, build)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: providerOf(client),
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
@@ -88,7 +90,9 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 func GenerateContentStream[Req any](client *genai.Client, model string, build func(Req) ([]*genai.Content, *genai.GenerateContentConfig), emit func(req Req, delta string)) llmretry.Backend[Req, llmretry.Completion] {
 	check("GenerateContentStream", client, model, build)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: providerOf(client),
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
@@ -152,6 +156,21 @@ func check[Req any](fn string, client *genai.Client, model string, build func(Re
 	case model == "":
 		panic("genairetry: " + fn + " with an empty model")
 	}
+}
+
+// providerOf is the Provider of a Backend that sends through client: the
+// name the OpenTelemetry GenAI conventions give the API the client was
+// built for, "gcp.gemini" for the Gemini API (AI Studio) and
+// "gcp.vertex_ai" for Vertex AI, or "gcp.gen_ai", their name for a
+// Google endpoint of either kind, when the client does not say.
+func providerOf(client *genai.Client) string {
+	switch client.ClientConfig().Backend {
+	case genai.BackendGeminiAPI:
+		return "gcp.gemini"
+	case genai.BackendVertexAI:
+		return "gcp.vertex_ai"
+	}
+	return "gcp.gen_ai"
 }
 
 // oneRequest returns a copy of config that makes the SDK send exactly
@@ -318,14 +337,18 @@ func usageOf(m *genai.GenerateContentResponseUsageMetadata) *llmretry.Usage {
 
 // refusals are the finish reasons by which Gemini stops an answer for
 // its content. Another sample or another provider is no cure: the chain
-// keeps the refusal.
+// keeps the refusal. RECITATION is among them: Gemini cut the answer
+// off where it began to recite a source, so the text it did send is not
+// an answer, and must not pass for one.
 var refusals = map[genai.FinishReason]bool{
 	genai.FinishReasonSafety:                 true,
+	genai.FinishReasonRecitation:             true,
 	genai.FinishReasonProhibitedContent:      true,
 	genai.FinishReasonBlocklist:              true,
 	genai.FinishReasonSPII:                   true,
 	genai.FinishReasonImageSafety:            true,
 	genai.FinishReasonImageProhibitedContent: true,
+	genai.FinishReasonImageRecitation:        true,
 }
 
 // finished reports whether the candidate carries a finish reason: the
@@ -378,6 +401,7 @@ func complete(resp *genai.GenerateContentResponse, model, text string, u *llmret
 		return llmretry.Completion{}, f
 	}
 	c := llmretry.Completion{
+		ID:         resp.ResponseID,
 		Model:      resp.ModelVersion,
 		Text:       text,
 		StopReason: string(finish),

@@ -85,12 +85,18 @@ func TestRefusalReasons(t *testing.T) {
 		name   string
 		body   string // one GenerateContentResponse
 		reason string
+		raw    string // the text before the refusal, which the record keeps; "" for none
 	}{
-		{"safety", `{"candidates":[{"content":{"role":"model"},"finishReason":"SAFETY","index":0}],` + usage + `}`, "finishReason SAFETY"},
-		{"prohibited_content", `{"candidates":[{"content":{"role":"model"},"finishReason":"PROHIBITED_CONTENT","index":0}],` + usage + `}`, "finishReason PROHIBITED_CONTENT"},
-		{"blocklist", `{"candidates":[{"content":{"role":"model"},"finishReason":"BLOCKLIST","index":0}],` + usage + `}`, "finishReason BLOCKLIST"},
-		{"spii", `{"candidates":[{"content":{"parts":[{"text":"Her number is"}],"role":"model"},"finishReason":"SPII","index":0}],` + usage + `}`, "finishReason SPII"},
-		{"blocked_prompt", `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`, "promptFeedback blockReason PROHIBITED_CONTENT"},
+		{"safety", `{"candidates":[{"content":{"role":"model"},"finishReason":"SAFETY","index":0}],` + usage + `}`, "finishReason SAFETY", ""},
+		{"prohibited_content", `{"candidates":[{"content":{"role":"model"},"finishReason":"PROHIBITED_CONTENT","index":0}],` + usage + `}`, "finishReason PROHIBITED_CONTENT", ""},
+		{"blocklist", `{"candidates":[{"content":{"role":"model"},"finishReason":"BLOCKLIST","index":0}],` + usage + `}`, "finishReason BLOCKLIST", ""},
+		{"spii", `{"candidates":[{"content":{"parts":[{"text":"Her number is"}],"role":"model"},"finishReason":"SPII","index":0}],` + usage + `}`, "finishReason SPII", "Her number is"},
+		// Cut off where it began to recite a source: the text is not an
+		// answer, however plausible it reads.
+		{"recitation", `{"candidates":[{"content":{"parts":[{"text":"It was the best of times, it was the"}],"role":"model"},"finishReason":"RECITATION","index":0}],` + usage + `}`,
+			"finishReason RECITATION", "It was the best of times, it was the"},
+		{"image_recitation", `{"candidates":[{"content":{"role":"model"},"finishReason":"IMAGE_RECITATION","index":0}],` + usage + `}`, "finishReason IMAGE_RECITATION", ""},
+		{"blocked_prompt", `{"promptFeedback":{"blockReason":"PROHIBITED_CONTENT"},` + usage + `}`, "promptFeedback blockReason PROHIBITED_CONTENT", ""},
 	}
 	for _, tc := range tests {
 		for _, m := range modes {
@@ -117,6 +123,16 @@ func TestRefusalReasons(t *testing.T) {
 				}
 				if diff := cmp.Diff(&llmretry.Usage{InputTokens: 7}, records[0].Usage); diff != "" {
 					t.Errorf("refused record's Usage (-want +got):\n%s", diff)
+				}
+				var want *string
+				if tc.raw != "" {
+					want = &tc.raw
+				}
+				if diff := cmp.Diff(want, records[0].RawText); diff != "" {
+					t.Errorf("refused record's RawText (-want +got):\n%s", diff)
+				}
+				if llmretry.RetryItem(err) {
+					t.Errorf("RetryItem(%v) = true, want false: the same content is refused again", err)
 				}
 			})
 		}

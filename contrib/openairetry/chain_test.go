@@ -292,10 +292,10 @@ func TestRetriesThenAnswers(t *testing.T) {
 				t.Errorf("records (-want +got):\n%s", diff)
 			}
 			wantAnswer := llmretry.Completion{
-				Model: "gpt-a", Text: "The sky is blue.", StopReason: "stop", InputTokens: 10, OutputTokens: 4,
+				ID: "chatcmpl-gpt-a-3", Model: "gpt-a", Text: "The sky is blue.", StopReason: "stop", InputTokens: 10, OutputTokens: 4,
 			}
 			if m.api() == "openai-responses" {
-				wantAnswer.StopReason = "completed"
+				wantAnswer.ID, wantAnswer.StopReason = "resp_gpt-a_3", "completed"
 			}
 			if diff := cmp.Diff(wantAnswer, got, cmpopts.IgnoreFields(llmretry.Completion{}, "Raw")); diff != "" {
 				t.Errorf("Do() answer (-want +got):\n%s", diff)

@@ -25,13 +25,14 @@
 // *responses.Response, so backends of other providers can stand in the
 // same chain.
 //
-// A streaming backend with an emit hands the text to it as it arrives,
-// and marks the attempt [llmretry.Delivered]: a failure after that is
-// returned at once, never sent again, since the caller holds part of the
-// answer. With a nil emit it holds the answer and returns it whole,
-// reporting [llmretry.Progress] for every event: StallTimeout then cuts a
-// stream that falls silent, and a stream that breaks is sent again or to
-// the next backend, as a plain request is. Use that for a gateway that
+// A streaming backend reports [llmretry.Progress] for every event it
+// reads, text or not, so StallTimeout cuts a stream that falls silent and
+// never one that is busy, with a tool call say. With an emit it hands the
+// text to it as it arrives, and marks the attempt [llmretry.Delivered]: a
+// failure after that is returned at once, never sent again, since the
+// caller holds part of the answer. With a nil emit it holds the answer
+// and returns it whole, and a stream that breaks is sent again or to the
+// next backend, as a plain request is. Use that for a gateway that
 // answers only once the answer is whole, or a batch job that streams only
 // so that a stall can be cut.
 //
@@ -73,7 +74,8 @@
 //   - [llmretry.KindTruncated]: finish_reason "length", or a response
 //     incomplete with reason "max_output_tokens", with the partial text.
 //   - [llmretry.KindParse], retried: an answer with neither text nor a
-//     tool call.
+//     tool call; when the model refused (a message's refusal, a
+//     response's refusal part), the refusal's text is kept as raw text.
 //   - [llmretry.KindTimeout]: the backend's Timeout or StallTimeout.
 //
 // API errors carry the HTTP status, the provider's error type, code,
@@ -109,11 +111,18 @@
 // answer, so a healthy stream that is still sending is cut and, with text
 // delivered, cannot be retried. Set Timeout on the returned Backend to
 // bound each attempt, and, for [ChatStream] and [ResponsesStream],
-// StallTimeout to bound the silence before the first piece of text and
-// between later ones (between any two events, with a nil emit). An
+// StallTimeout to bound the silence before the first event and between
+// any two. An
 // attempt that one of them ends fails with the chain's cause,
 // [llmretry.ErrAttemptTimeout] or [llmretry.ErrStalled], rather than the
 // SDK's bare context error, so its record says whose clock ran out.
+//
+// # Telemetry
+//
+// Every Backend says who serves it in Provider, "openai" (set it to the
+// service's name when the client points elsewhere, such as Azure OpenAI),
+// and a streaming one sets Stream; an answer's ID is the completion's or
+// the response's id. Instrumentation such as contrib/otelretry reads them.
 //
 // # Concurrency
 //

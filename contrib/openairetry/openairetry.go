@@ -16,6 +16,13 @@ import (
 	"github.com/openai/openai-go/v3/packages/ssestream"
 )
 
+// provider is the Provider of every Backend this package returns: the
+// name the OpenTelemetry GenAI conventions give OpenAI. A client pointed
+// at another service that speaks OpenAI's API (Azure OpenAI, a gateway)
+// is not OpenAI: set the Backend's Provider to that service's name, such
+// as "azure.ai.openai".
+const provider = "openai"
+
 // Chat returns a [llmretry.Backend] that sends each request to the Chat
 // Completions API through client, without streaming. build turns the
 // chain's request into the SDK's parameters; model, when not empty,
@@ -41,7 +48,8 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 		panic("openairetry: Chat with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			var resp *http.Response
@@ -72,15 +80,16 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 // non-empty piece of text, and again with every later one, Call marks the
 // attempt with [llmretry.Delivered]: from then on a failure is returned
 // at once, neither resent nor passed to the next backend, since the
-// caller already holds part of the answer. Only text counts: a stream
-// that sends nothing but tool calls is never marked, and StallTimeout
-// measures it from the attempt's start.
+// caller already holds part of the answer. Only text is delivered: a
+// stream that sends nothing but tool calls is never marked. In both
+// modes every chunk it reads, text or not, is reported with
+// [llmretry.Progress], which restarts StallTimeout, so StallTimeout
+// measures the time without a chunk.
 //
-// With a nil emit, Call holds the answer and returns it whole: every
-// chunk it reads is reported with [llmretry.Progress], which restarts
-// StallTimeout but delivers nothing, so a stream that breaks, stalls or
-// garbles an event partway is sent again, or to the next backend, as a
-// plain request would be. Use it to bound a long answer by its silences
+// With a nil emit, Call holds the answer and returns it whole: progress
+// delivers nothing, so a stream that breaks, stalls or garbles an event
+// partway is sent again, or to the next backend, as a plain request
+// would be. Use it to bound a long answer by its silences
 // rather than by one Timeout.
 //
 // An error event inside the stream is transient, except an
@@ -103,7 +112,9 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 		panic("openairetry: ChatStream with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			params.StreamOptions.IncludeUsage = openai.Bool(true)
@@ -295,6 +306,7 @@ func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usag
 		llmretry.ReportUsage(ctx, *usage)
 	}
 	return llmretry.Completion{
+		ID:           cc.ID,
 		Model:        cc.Model,
 		Text:         text,
 		StopReason:   choice.FinishReason,

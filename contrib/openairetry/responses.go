@@ -26,7 +26,9 @@ import (
 // text, its StopReason "completed" and its Raw the *responses.Response;
 // one with neither text nor a call of a tool of the caller's (a
 // function, custom tool, computer, shell or patch call, or an MCP
-// approval request) fails with [llmretry.ParseFailure]. "incomplete"
+// approval request) fails with [llmretry.ParseFailure], keeping the text
+// of the model's refusal, if it refused, as raw text, as [Chat] does.
+// "incomplete"
 // fails: for incomplete_details reason "max_output_tokens" with
 // [llmretry.Truncation] and the partial text, for "content_filter" with
 // [llmretry.Refusal], and for any other reason as a transient failure. "failed" fails as the response's error
@@ -42,7 +44,8 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 		panic("openairetry: Responses with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
@@ -62,12 +65,16 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 // [Responses]. Set Retry, Timeout and StallTimeout on the returned
 // Backend.
 //
-// With an emit, each response.output_text.delta is handed to emit as it
-// arrives, and the attempt is marked with [llmretry.Delivered] just
-// before, as [ChatStream] does: from then on a failure ends the chain.
-// With a nil emit, the answer is held and returned whole, every event is
-// reported with [llmretry.Progress], and a failure partway is sent again
-// or to the next backend, as [ChatStream] does with a nil emit.
+// Every event the stream sends, text or not (a tool call's arguments,
+// a reasoning summary, a built-in tool's progress), is reported with
+// [llmretry.Progress], so StallTimeout measures the time without an
+// event: a stream busy calling a tool is not cut. With an emit, each
+// response.output_text.delta is handed to emit as it arrives, and the
+// attempt is marked with [llmretry.Delivered] just before, as
+// [ChatStream] does: from then on a failure ends the chain. With a nil
+// emit, the answer is held and returned whole, and a failure partway is
+// sent again or to the next backend, as [ChatStream] does with a nil
+// emit.
 //
 // The stream ends at its first response.completed, response.incomplete
 // or response.failed event, whose response is judged as [Responses]
@@ -82,7 +89,9 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		panic("openairetry: ResponsesStream with a nil build")
 	}
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model: model,
+		Model:    model,
+		Provider: provider,
+		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
@@ -96,9 +105,11 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 			var text strings.Builder
 			for stream.Next() {
 				ev := stream.Current()
-				if emit == nil {
-					llmretry.Progress(ctx)
-				}
+				// Every event is progress, text or not (a tool call's
+				// arguments, a reasoning summary, a tool's progress), in
+				// both modes: StallTimeout measures the time without an
+				// event, as it does for ChatStream.
+				llmretry.Progress(ctx)
 				switch ev.Type {
 				case "response.output_text.delta":
 					if ev.Delta == "" {
@@ -194,14 +205,16 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 	}
 	if text == "" && !hasFunctionCall(r) {
 		// Sampling differs between tries, so an empty answer is worth
-		// another one.
-		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure("",
+		// another one; a refusal counts as empty, and its text is kept
+		// for the record, as Chat keeps a message's refusal.
+		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure(refusalOf(r),
 			errors.New("openairetry: response has no text and no function call"+suffix)), usage)
 	}
 	if usage != nil {
 		llmretry.ReportUsage(ctx, *usage)
 	}
 	return llmretry.Completion{
+		ID:           r.ID,
 		Model:        r.Model,
 		Text:         text,
 		StopReason:   string(r.Status),
@@ -209,6 +222,23 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 		OutputTokens: r.Usage.OutputTokens,
 		Raw:          r,
 	}, nil
+}
+
+// refusalOf is the text of the response's refusals: the refusal parts of
+// its output messages, joined.
+func refusalOf(r *responses.Response) string {
+	var b strings.Builder
+	for _, item := range r.Output {
+		if item.Type != "message" {
+			continue
+		}
+		for _, part := range item.Content {
+			if part.Type == "refusal" {
+				b.WriteString(part.Refusal)
+			}
+		}
+	}
+	return b.String()
 }
 
 // hasFunctionCall reports whether the response asks the caller to make a

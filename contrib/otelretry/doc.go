@@ -1,49 +1,72 @@
 // Package otelretry provides OpenTelemetry traces and metrics for a
-// [llmretry.Chain]: one span per call with a span per attempt under it,
-// and the GenAI client metrics, by the OpenTelemetry GenAI semantic
-// conventions. Wiring a chain is one call, [Instrument]; the chain is
-// built as before.
+// [llmretry.Chain], by the OpenTelemetry semantic conventions for
+// generative AI as of v1.41.0: the last release that holds them, whose Go
+// package (go.opentelemetry.io/otel/semconv/v1.41.0) this one uses.
+// Wiring a chain is one call, [Instrument]; the chain is built as before.
 //
 //	chain = otelretry.Instrument(chain, otelretry.Config{})
 //	answer, err := chain.Do(ctx, req)
 //
 // # Spans
 //
-// Each Do is a client span named "{operation} {model}" ("chat gpt-4o",
-// the first backend's model) with gen_ai.operation.name,
-// gen_ai.provider.name and gen_ai.request.model; when it answers,
-// gen_ai.response.model, gen_ai.usage.input_tokens and output_tokens, and
-// gen_ai.response.finish_reasons; when it fails, error.type set to the
-// outcome (exhausted, truncated, timed_out or cancelled) and the status
-// error, except for cancelled: the caller's own withdrawal is not a
-// failure of the call.
+// Each Do is a client span, the logical call, which covers its retries
+// and fail-overs as the conventions ask of an operation retried for the
+// caller. Under it, each request sent is an inference span, client too,
+// with the HTTP client's spans (otelhttp, or an SDK's middleware) under
+// it, since the context a backend's Call runs under carries it. Both are
+// named "{gen_ai.operation.name} {gen_ai.request.model}" ("chat gpt-4o")
+// and carry the operation, gen_ai.provider.name, the model requested,
+// gen_ai.request.stream when the backend streams, and server.address and
+// server.port as the request's HTTP client wrote them (the Host: behind a
+// proxy, the server). A request span adds its record as llmretry.*
+// attributes and http.request.resend_count. The call's span starts named
+// for the first backend and is named, at its end, for the backend that
+// answered; the answer's gen_ai.response.id, model and finish_reasons go
+// on it and on the span of the request that answered.
 //
-// Under it, every attempt is a span, skips included (they are short and
-// say why), with the attempt's record as llmretry.* attributes,
-// http.request.resend_count and the usage the provider reported. The
-// context a backend's Call runs under carries its attempt's span, so the
-// spans an HTTP client makes there (otelhttp, or an SDK's own middleware)
-// are its children. A retry's wait is an event on the attempt span that
-// decided it, and a gap before the next. An attempt span says what
-// [llmretry.Chain.OnAttempt] heard: when the caller's cancel or deadline
-// cuts a wait short, the attempt before it still says retry, and the call
-// span says how the call ended.
+// The model requested is the backend's Model. A backend without one (an
+// adapter given none sends the model its build func names) is named by
+// the model that answered, or by the operation alone. The provider is
+// [Config.Provider]'s answer, else the backend's own Provider (each
+// adapter sets it), else [GuessProvider]'s, else "_OTHER": the conventions
+// require the attribute.
+//
+// A skip sent nothing, so it is no inference: it is an internal span,
+// "skip {model}", with its record. A retry's wait is an event on the
+// request span that decided it, and a gap before the next.
+//
+// Usage, gen_ai.usage.*, is on the request spans only, each with what the
+// provider reported for it, a failed request's included: the call's span
+// would count them again. The usage of a trace's spans adds up to what
+// was billed, and a request whose Call runs an instrumented chain leaves
+// its usage to that chain's spans.
+//
+// A call or request that ended in an error, cancellation included, has
+// status Error, described by the error's message (its first line), an
+// exception event with the error's Go type and message, and error.type:
+// for a call, its outcome (exhausted, truncated, timed_out, cancelled, or
+// _OTHER for a configuration error); for a request, its [llmretry.Kind]
+// (transient, timeout, truncated, parse, rejected, cancelled, refused,
+// unknown). A request span says what [llmretry.Chain.OnAttempt] heard:
+// when the caller's cancel or deadline cuts a wait short, the request
+// before it still says retry, and the call's span says how the call ended.
 //
 // # Metrics
 //
-// gen_ai.client.operation.duration is recorded once per Do, and
-// gen_ai.client.token.usage once per attempt that reported usage, so
-// retries neither count as operations nor hide what they cost: a failed
-// attempt's usage carries llmretry.failed true. llmretry.attempts counts
-// attempts by kind, next and why. For each backend with a Breaker,
+// gen_ai.client.operation.duration (seconds) is recorded once per Do,
+// charged to the provider and model that answered, or to the first
+// backend's with error.type when none did; gen_ai.client.token.usage
+// ({token}) once per request whose provider reported usage, a failed
+// request's with llmretry.failed true. Both use the conventions' advised
+// bucket boundaries and attributes. llmretry.attempts counts requests and
+// skips by kind, next and why. For each backend with a Breaker,
 // llmretry.breaker.state is its state as a gauge (0 closed, 1 open, 2
 // half-open) and llmretry.breaker.openings how often it opened.
 //
 // # Content and secrets
 //
 // No request, prompt or answer text is recorded unless [Config] opts in,
-// and then only the answer; error messages pass through
-// [llmretry.Redact].
+// and then only the answer; error messages pass through [llmretry.Redact].
 //
 // # Concurrency
 //

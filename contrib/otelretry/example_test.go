@@ -16,8 +16,9 @@ import (
 )
 
 // ExampleInstrument wires a chain whose primary fails once and is then
-// answered, and prints its spans: the call, and an attempt span for each
-// try, with what followed it.
+// answered, and prints its spans: the call, and an inference span for
+// each request sent, with what followed it. The usage is the answering
+// request's, on its span only: the call's does not count it again.
 func ExampleInstrument() {
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
@@ -25,8 +26,9 @@ func ExampleInstrument() {
 	tries := 0
 	chain := &llmretry.Chain[string, llmretry.Completion]{
 		Backends: []llmretry.Backend[string, llmretry.Completion]{{
-			Model: "gpt-4o",
-			Retry: llmretry.Policy{Waits: []time.Duration{time.Millisecond}},
+			Model:    "gpt-4o",
+			Provider: "openai", // as openairetry's backends say
+			Retry:    llmretry.Policy{Waits: []time.Duration{time.Millisecond}},
 			Call: func(ctx context.Context, prompt string) (llmretry.Completion, error) {
 				if tries++; tries == 1 {
 					return llmretry.Completion{}, llmretry.StatusFailure(503, nil, errors.New("overloaded"))
@@ -59,10 +61,10 @@ func ExampleInstrument() {
 		if !s.Parent.IsValid() {
 			indent = ""
 		}
-		fmt.Printf("%s%s: %s\n", indent, s.Name, strings.Join(attrs, " "))
+		fmt.Printf("%s%s (%s): %s\n", indent, s.Name, s.SpanKind, strings.Join(attrs, " "))
 	}
 	// Output:
-	// chat gpt-4o: gen_ai.response.model=gpt-4o-2024-08-06 gen_ai.usage.output_tokens=3
-	//   attempt gpt-4o: llmretry.next=retry llmretry.retry_in=0.001 llmretry.try=1
-	//   attempt gpt-4o: gen_ai.usage.output_tokens=3 http.request.resend_count=1 llmretry.try=2
+	// chat gpt-4o (client): gen_ai.response.model=gpt-4o-2024-08-06
+	//   chat gpt-4o (client): llmretry.next=retry llmretry.retry_in=0.001 llmretry.try=1
+	//   chat gpt-4o (client): gen_ai.response.model=gpt-4o-2024-08-06 gen_ai.usage.output_tokens=3 http.request.resend_count=1 llmretry.try=2
 }

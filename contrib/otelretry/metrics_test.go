@@ -3,6 +3,7 @@ package otelretry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -75,8 +76,10 @@ func points(rm metricdata.ResourceMetrics, scope string) []point {
 // TestMetrics plays two calls of a chain whose first backend has a
 // Breaker: the first fails over from a 503, which opens it, to a
 // truncation; the second skips it and is answered. Operations are counted
-// once each, the truncated attempt's tokens apart from the answer's, and
-// the breaker is open with one opening.
+// once each, a failed one charged to the backend asked first, an answered
+// one to the backend that answered; every request's tokens are counted,
+// the truncated attempt's apart from the answer's; the breaker is open
+// with one opening.
 func TestMetrics(t *testing.T) {
 	r := newRig(t, nil)
 	r.srv.Script("gpt-4o", llmretrytest.Status(503))
@@ -93,6 +96,8 @@ func TestMetrics(t *testing.T) {
 		t.Fatalf("second Do() = %v, want nil", err)
 	}
 
+	srv := r.server(t)
+	server := fmt.Sprintf("server.address=%s,server.port=%d", srv["server.address"], srv["server.port"])
 	const (
 		op   = "gen_ai.operation.name=chat,gen_ai.provider.name=openai,"
 		big  = op + "gen_ai.request.model=gpt-4o"
@@ -100,13 +105,13 @@ func TestMetrics(t *testing.T) {
 	)
 	want := []point{
 		{Metric: "gen_ai.client.operation.duration", Attrs: "error.type=truncated," + big, Count: 1},
-		{Metric: "gen_ai.client.operation.duration", Attrs: big + ",gen_ai.response.model=gpt-4o-mini", Count: 1},
+		{Metric: "gen_ai.client.operation.duration", Attrs: mini + ",gen_ai.response.model=gpt-4o-mini," + server, Count: 1},
 		// The answer: 10 input tokens, and one output token a word.
-		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.response.model=gpt-4o-mini,gen_ai.token.type=input", Count: 1, Value: 10},
-		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.response.model=gpt-4o-mini,gen_ai.token.type=output", Count: 1, Value: 4},
+		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.response.model=gpt-4o-mini,gen_ai.token.type=input," + server, Count: 1, Value: 10},
+		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.response.model=gpt-4o-mini,gen_ai.token.type=output," + server, Count: 1, Value: 4},
 		// The truncation was billed too, and says it failed.
-		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.token.type=input,llmretry.failed=true", Count: 1, Value: 10},
-		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.token.type=output,llmretry.failed=true", Count: 1, Value: 2},
+		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.token.type=input,llmretry.failed=true," + server, Count: 1, Value: 10},
+		{Metric: "gen_ai.client.token.usage", Attrs: mini + ",gen_ai.token.type=output,llmretry.failed=true," + server, Count: 1, Value: 2},
 		{Metric: "llmretry.attempts", Attrs: big + ",llmretry.kind=transient,llmretry.next=fail_over,llmretry.skipped=true,llmretry.why=breaker", Value: 1},
 		{Metric: "llmretry.attempts", Attrs: big + ",llmretry.kind=transient,llmretry.next=fail_over,llmretry.why=waits_used", Value: 1},
 		{Metric: "llmretry.attempts", Attrs: mini, Value: 1},
@@ -114,7 +119,7 @@ func TestMetrics(t *testing.T) {
 		{Metric: "llmretry.breaker.openings", Attrs: big + ",llmretry.backend=0", Value: 1},
 		{Metric: "llmretry.breaker.state", Attrs: big + ",llmretry.backend=0", Value: 1},
 	}
-	got := points(r.collect(t), "github.com/llmretry/llmretry/contrib/otelretry")
+	got := points(r.collect(t), scope)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}

@@ -3,10 +3,12 @@ package otelretry
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmretry/llmretry"
@@ -18,8 +20,9 @@ const scope = "github.com/llmretry/llmretry/contrib/otelretry"
 
 // Config says where an instrumented chain's telemetry goes and what it
 // holds. The zero Config sends it to the global providers, names the
-// operation "chat", guesses each backend's provider from its model's
-// name with [GuessProvider], and records no text.
+// operation "chat", takes each backend's provider from its
+// [llmretry.Backend.Provider] (else guesses it from its model's name with
+// [GuessProvider]), and records no text.
 type Config struct {
 	// TracerProvider makes the spans. nil means otel.GetTracerProvider()
 	// at the time of Instrument.
@@ -27,32 +30,38 @@ type Config struct {
 	// MeterProvider makes the metrics. nil means otel.GetMeterProvider()
 	// at the time of Instrument.
 	MeterProvider metric.MeterProvider
-	// Operation is gen_ai.operation.name and the first word of the call
-	// span's name, such as "chat" or "text_completion". "" means "chat".
+	// Operation is gen_ai.operation.name and the first word of the
+	// inference spans' names, such as "chat" or "generate_content". ""
+	// means "chat".
 	Operation string
-	// Provider names the provider behind backend i, whose Model is
-	// model ("unknown" when empty), for gen_ai.provider.name: "openai",
-	// "anthropic", "azure.ai.openai", "aws.bedrock", ... It is asked once
-	// per backend, by Instrument. An empty name leaves the attribute out.
-	// nil means [GuessProvider] of the model, which cannot tell OpenAI's
-	// own API from Azure's or a proxy's: name them here when it matters.
+	// Provider, when set, names the provider behind backend i, whose
+	// Model is model ("unknown" when empty), for gen_ai.provider.name:
+	// "openai", "anthropic", "azure.ai.openai", "aws.bedrock", ... It is
+	// asked once per backend, by Instrument, and its answer overrides the
+	// backend's own Provider, for a client pointed at a service its
+	// adapter cannot tell apart (Azure OpenAI through openairetry). An
+	// empty answer, or a nil Provider, leaves it to the backend's
+	// Provider, then to [GuessProvider] of the model, then to "_OTHER":
+	// the attribute is required, and a wrong provider would mislead more
+	// than the conventions' word for one not known.
 	Provider func(i int, model string) string
-	// RecordContent records the answer's text on the call span, as
-	// gen_ai.output.messages, and each failed attempt's raw output on its
-	// span, as llmretry.raw_text, when the answer is an
-	// [llmretry.Completion]. Both may hold user data, so the conventions
-	// make them opt-in; false records neither. The request is never
-	// recorded: its type is the caller's own.
+	// RecordContent records the answer's text, as gen_ai.output.messages,
+	// on the call's span and the span of the attempt that answered, and
+	// each failed attempt's raw output on its span, as llmretry.raw_text,
+	// when the answer is an [llmretry.Completion]. Both may hold user
+	// data, so the conventions make them opt-in; false records neither.
+	// The request is never recorded: its type is the caller's own.
 	RecordContent bool
 }
 
 // Instrument returns a copy of c that traces and measures every call of
 // Do as the package doc describes; c itself is left as it was. Build the
-// chain as usual, then instrument it once and keep the copy: each
-// Instrument registers its backends' Breakers with the MeterProvider for
-// the provider's lifetime. The copy's OnAttempt, OnAttemptStart and WrapDo
-// run c's own, if set, inside the instrumentation's. For a nil c it
-// returns nil, whose Do reports the chain as nil, as c's would have.
+// chain as usual, then instrument it once and keep the copy: Instrument
+// reads the backends' Provider, Stream and Breaker once, and registers
+// the Breakers with the MeterProvider for the provider's lifetime. The
+// copy's OnAttempt, OnAttemptStart and WrapDo run c's own, if set, inside
+// the instrumentation's. For a nil c it returns nil, whose Do reports the
+// chain as nil, as c's would have.
 func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmretry.Chain[Req, Resp] {
 	if c == nil {
 		return nil
@@ -60,7 +69,11 @@ func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmret
 	backends := make([]backendInfo, len(c.Backends))
 	for i := range c.Backends {
 		b := &c.Backends[i]
-		backends[i] = backendInfo{index: i, model: modelName(b.Model), breaker: b.Breaker}
+		model := modelName(b.Model)
+		backends[i] = backendInfo{
+			index: i, model: model, stream: b.Stream, breaker: b.Breaker,
+			provider: providerOf(cfg.Provider, i, model, b.Provider),
+		}
 	}
 	t := newTelemetry(cfg, backends)
 
@@ -75,7 +88,7 @@ func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmret
 		})
 	}
 	cp.OnAttemptStart = func(ctx context.Context, bi int, model string, try int) context.Context {
-		ctx = t.attemptStart(ctx, bi, try)
+		ctx = t.attemptStart(ctx, bi, model, try)
 		if userStart != nil {
 			if uc := userStart(ctx, bi, model, try); uc != nil {
 				ctx = uc
@@ -92,19 +105,24 @@ func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmret
 	return &cp
 }
 
+// unknownModel is the name the chain's records give a backend without a
+// Model.
+const unknownModel = "unknown"
+
 // backendInfo is what the telemetry keeps of one backend: the chain is
 // immutable, so it is read once.
 type backendInfo struct {
 	index    int
-	model    string
-	provider string
+	model    string // as the records name it: unknownModel for none
+	provider string // never empty
+	stream   bool
 	breaker  *llmretry.Breaker
 }
 
 // modelName is the name the chain's records give a model.
 func modelName(model string) string {
 	if model == "" {
-		return "unknown"
+		return unknownModel
 	}
 	return model
 }
@@ -113,8 +131,18 @@ func modelName(model string) string {
 // hooks on its own goroutine, one at a time, so it needs no lock.
 type call struct {
 	span    trace.Span
-	attempt trace.Span        // the span of the attempt in flight; nil between attempts
-	answer  *llmretry.Attempt // the record of the attempt that answered
+	attempt *attempt // the attempt in flight; nil between attempts
+	answer  *attempt // the attempt that answered, its span left open for the answer's attributes
+}
+
+// attempt is the state of one request sent: its inference span, where
+// the request went, and, once it has ended, its record.
+type attempt struct {
+	span    trace.Span
+	backend backendInfo
+	server  server           // filled by the request's HTTP client, on any goroutine
+	nested  atomic.Bool      // an instrumented chain ran under it, and its spans carry the usage
+	record  llmretry.Attempt // set when the attempt ends
 }
 
 // callKey finds an instrumentation's innermost call in a context. Each
@@ -122,6 +150,11 @@ type call struct {
 // calls apart; a chain nested in itself puts its inner call above the
 // outer, and each Do's hooks get its own context, so each finds its own.
 type callKey struct{ t *telemetry }
+
+// attemptKey finds the innermost attempt of any instrumented chain in the
+// context a backend's Call runs under, for a chain nested in that Call to
+// mark it.
+type attemptKey struct{}
 
 // callOf returns the call of t that ctx belongs to, or nil.
 func (t *telemetry) callOf(ctx context.Context) *call {
@@ -139,9 +172,11 @@ func wrapDo[Resp any](t *telemetry, ctx context.Context, do func(context.Context
 		}
 		// A Call panicked: end what is open, so the trace is not left
 		// dangling, and let the panic go on.
-		if c.attempt != nil {
-			c.attempt.SetStatus(codes.Error, "otelretry: the call panicked")
-			c.attempt.End()
+		for _, a := range [...]*attempt{c.attempt, c.answer} {
+			if a != nil {
+				a.span.SetStatus(codes.Error, "otelretry: the call panicked")
+				a.span.End()
+			}
 		}
 		c.span.SetStatus(codes.Error, "otelretry: the call panicked")
 		c.span.End()
@@ -169,7 +204,7 @@ func outcome(err error) string {
 	if _, ok := errors.AsType[*llmretry.Exhausted](err); ok {
 		return "exhausted"
 	}
-	return "_OTHER"
+	return semconv.ErrorTypeOther.Value.AsString()
 }
 
 // handle reports an error of the OpenTelemetry API, such as an instrument

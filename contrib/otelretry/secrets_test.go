@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -83,9 +84,10 @@ func TestNothingSecretExported(t *testing.T) {
 	}
 }
 
-// TestRecordContent checks the opt-in: the answer's text on the call span
-// as the conventions' output messages, and a truncated attempt's text on
-// its span; neither without it.
+// TestRecordContent checks the opt-in: the answer's text, as the
+// conventions' output messages with their finish reason, on the call's
+// span and the inference span of the attempt that answered, and a
+// truncated attempt's text on its span; none of it without the opt-in.
 func TestRecordContent(t *testing.T) {
 	for _, record := range []bool{false, true} {
 		t.Run(fmt.Sprint(record), func(t *testing.T) {
@@ -98,24 +100,60 @@ func TestRecordContent(t *testing.T) {
 			if _, err := c.Do(context.Background(), "q"); err != nil {
 				t.Fatalf("Do() = %v, want nil", err)
 			}
-			got := map[string]string{}
+			var got []string
 			for _, s := range r.spans.GetSpans() {
 				for _, kv := range s.Attributes {
 					if kv.Key == "gen_ai.output.messages" || kv.Key == "llmretry.raw_text" {
-						got[s.Name+" "+string(kv.Key)] = kv.Value.AsString()
+						got = append(got, s.Name+" "+string(kv.Key)+" "+kv.Value.AsString())
 					}
 				}
 			}
-			want := map[string]string{}
+			slices.Sort(got)
+			var want []string
 			if record {
-				want = map[string]string{
-					"chat gpt-4o gen_ai.output.messages": `[{"role":"assistant","parts":[{"type":"text","content":"Paris."}],"finish_reason":"stop"}]`,
-					"attempt gpt-4o llmretry.raw_text":   "Paris is",
+				const answer = `[{"role":"assistant","parts":[{"type":"text","content":"Paris."}],"finish_reason":"stop"}]`
+				want = []string{
+					"chat gpt-4o llmretry.raw_text Paris is",
+					"chat gpt-4o-mini gen_ai.output.messages " + answer, // the call's
+					"chat gpt-4o-mini gen_ai.output.messages " + answer, // the answering attempt's
 				}
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("content attributes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestOutputMessagesFinishReason checks that an output message always
+// has its finish reason, which the conventions' schema requires: the
+// answer's own, or "stop" for an answer that gave none, since the chain
+// took it as whole.
+func TestOutputMessagesFinishReason(t *testing.T) {
+	r := newRig(t, nil) // its server is not asked
+	for _, reason := range []string{"end_turn", ""} {
+		c := otelretry.Instrument(&chain{Backends: []backend{{Model: "m-" + reason, Call: func(context.Context, string) (llmretry.Completion, error) {
+			return llmretry.Completion{Text: "Paris.", StopReason: reason}, nil
+		}}}}, otelretry.Config{TracerProvider: r.tp, MeterProvider: r.mp, RecordContent: true})
+		if _, err := c.Do(context.Background(), "q"); err != nil {
+			t.Fatalf("Do() = %v, want nil", err)
+		}
+	}
+	var got []string
+	for _, s := range r.spans.GetSpans() {
+		for _, kv := range s.Attributes {
+			if kv.Key == "gen_ai.output.messages" {
+				got = append(got, s.Name+" "+kv.Value.AsString())
+			}
+		}
+	}
+	slices.Sort(got)
+	const text = `[{"role":"assistant","parts":[{"type":"text","content":"Paris."}],"finish_reason":`
+	want := []string{
+		"chat m- " + text + `"stop"}]`, "chat m- " + text + `"stop"}]`,
+		"chat m-end_turn " + text + `"end_turn"}]`, "chat m-end_turn " + text + `"end_turn"}]`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("output messages (-want +got):\n%s", diff)
 	}
 }

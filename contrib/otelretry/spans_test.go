@@ -2,6 +2,7 @@ package otelretry_test
 
 import (
 	"context"
+	"maps"
 	"math"
 	"strings"
 	"testing"
@@ -13,21 +14,41 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// Attributes every span of the test chains' backends carries.
-func gpt4o(more map[string]any) map[string]any {
-	return with(map[string]any{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o"}, more)
-}
-
-func mini(more map[string]any) map[string]any {
-	return with(map[string]any{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini"}, more)
-}
-
-// with adds more to base.
-func with(base, more map[string]any) map[string]any {
-	for k, v := range more {
-		base[k] = v
+// with merges maps into a new one, later keys over earlier.
+func with(ms ...map[string]any) map[string]any {
+	out := map[string]any{}
+	for _, m := range ms {
+		maps.Copy(out, m)
 	}
-	return base
+	return out
+}
+
+// The attributes that say what a span of each test backend was asked.
+var (
+	gpt4o = map[string]any{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o"}
+	mini  = map[string]any{"gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o-mini"}
+)
+
+// answer are the attributes of an answer "Paris." by llmretrytest from
+// model, its n-th request for that model.
+func answer(model string, n int) map[string]any {
+	return map[string]any{
+		"gen_ai.response.model": model, "gen_ai.response.finish_reasons": []string{"stop"},
+		"gen_ai.response.id": "chatcmpl-" + model + "-" + string(rune('0'+n)),
+	}
+}
+
+// usage are the attributes of the answer's usage: 10 input tokens, one
+// output token a word.
+var usage = map[string]any{"gen_ai.usage.input_tokens": int64(10), "gen_ai.usage.output_tokens": int64(1)}
+
+// try are the attributes of try number try of backend bi.
+func try(bi, try int) map[string]any {
+	m := map[string]any{"llmretry.backend": int64(bi), "llmretry.try": int64(try), "llmretry.delivered": false}
+	if try > 1 {
+		m["http.request.resend_count"] = int64(try - 1)
+	}
+	return m
 }
 
 // httpSpan is the otelhttp client span of a request answered with status
@@ -46,13 +67,12 @@ func httpSpan(status int64) node {
 	return n
 }
 
-// answered are the attributes of an attempt, or a call, answered with
-// "Paris." by llmretrytest: 10 input tokens, one output token a word.
-var answered = map[string]any{"gen_ai.usage.input_tokens": int64(10), "gen_ai.usage.output_tokens": int64(1)}
-
 // TestSpanTree checks the span tree of each way a call can go, with the
 // real openai-go client over otelhttp, so that the HTTP spans' parents
-// are what the SDK made of the attempt's context.
+// are what the SDK made of the attempt's context: a client span named
+// "{operation} {model}" per call, charged to the backend that answered;
+// an inference span, client too, per request sent, with the usage; an
+// internal span per skip.
 func TestSpanTree(t *testing.T) {
 	waits := llmretry.Policy{Waits: []time.Duration{time.Millisecond}}
 	tests := []struct {
@@ -61,20 +81,19 @@ func TestSpanTree(t *testing.T) {
 		backends func(r *rig) []backend
 		// before, when set, prepares the call and returns its context.
 		before  func(t *testing.T, r *rig, ctx context.Context) context.Context
-		want    node
+		want    func(srv map[string]any) node
 		wantErr string // the call's error.type; "" for an answer
 	}{
 		{
 			name:     "success",
 			scripts:  map[string][]llmretrytest.Step{"gpt-4o": {llmretrytest.Answer("Paris.")}},
 			backends: func(r *rig) []backend { return []backend{r.chat("gpt-4o")} },
-			want: node{Name: "chat gpt-4o", Kind: "client", Attrs: gpt4o(with(map[string]any{
-				"gen_ai.response.model": "gpt-4o", "gen_ai.response.finish_reasons": []string{"stop"},
-			}, answered)), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Attrs: gpt4o(with(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-				}, answered)), Children: []node{httpSpan(200)}},
-			}},
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o", Kind: "client", Attrs: with(gpt4o, answer("gpt-4o", 1), srv), Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Attrs: with(gpt4o, try(0, 1), answer("gpt-4o", 1), usage, srv),
+						Children: []node{httpSpan(200)}},
+				}}
+			},
 		},
 		{
 			name:    "retried",
@@ -84,19 +103,17 @@ func TestSpanTree(t *testing.T) {
 				b.Retry = waits
 				return []backend{b}
 			},
-			want: node{Name: "chat gpt-4o", Kind: "client", Attrs: gpt4o(with(map[string]any{
-				"gen_ai.response.model": "gpt-4o", "gen_ai.response.finish_reasons": []string{"stop"},
-			}, answered)), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Status: "Error: " + status503, Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "transient", "llmretry.next": "retry", "llmretry.retry_in": 0.001,
-					"http.response.status_code": int64(503), "error.type": "transient",
-				}), Events: []string{"llmretry.retry llmretry.retry_in=0.001"}, Children: []node{httpSpan(503)}},
-				{Name: "attempt gpt-4o", Kind: "internal", Attrs: gpt4o(with(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(2), "llmretry.delivered": false,
-					"http.request.resend_count": int64(1),
-				}, answered)), Children: []node{httpSpan(200)}},
-			}},
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o", Kind: "client", Attrs: with(gpt4o, answer("gpt-4o", 2), srv), Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + status503, Attrs: with(gpt4o, try(0, 1), srv, map[string]any{
+						"llmretry.kind": "transient", "llmretry.next": "retry", "llmretry.retry_in": 0.001,
+						"http.response.status_code": int64(503), "error.type": "transient",
+					}), Events: []string{"llmretry.retry llmretry.retry_in=0.001", "exception exception.type=*llmretry.Failure"},
+						Children: []node{httpSpan(503)}},
+					{Name: "chat gpt-4o", Kind: "client", Attrs: with(gpt4o, try(0, 2), answer("gpt-4o", 2), usage, srv),
+						Children: []node{httpSpan(200)}},
+				}}
+			},
 		},
 		{
 			name: "fail_over",
@@ -105,18 +122,17 @@ func TestSpanTree(t *testing.T) {
 				"gpt-4o-mini": {llmretrytest.Answer("Paris.")},
 			},
 			backends: func(r *rig) []backend { return []backend{r.chat("gpt-4o"), r.chat("gpt-4o-mini")} },
-			want: node{Name: "chat gpt-4o", Kind: "client", Attrs: gpt4o(with(map[string]any{
-				"gen_ai.response.model": "gpt-4o-mini", "gen_ai.response.finish_reasons": []string{"stop"},
-			}, answered)), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Status: "Error: " + status500, Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "waits_used",
-					"http.response.status_code": int64(500), "error.type": "transient",
-				}), Children: []node{httpSpan(500)}},
-				{Name: "attempt gpt-4o-mini", Kind: "internal", Attrs: mini(with(map[string]any{
-					"llmretry.backend": int64(1), "llmretry.try": int64(1), "llmretry.delivered": false,
-				}, answered)), Children: []node{httpSpan(200)}},
-			}},
+			// The call is named and charged for the backend that answered.
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, answer("gpt-4o-mini", 1), srv), Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + status500, Attrs: with(gpt4o, try(0, 1), srv, map[string]any{
+						"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "waits_used",
+						"http.response.status_code": int64(500), "error.type": "transient",
+					}), Events: []string{"exception exception.type=*llmretry.Failure"}, Children: []node{httpSpan(500)}},
+					{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, try(1, 1), answer("gpt-4o-mini", 1), usage, srv),
+						Children: []node{httpSpan(200)}},
+				}}
+			},
 		},
 		{
 			name: "skipped",
@@ -138,32 +154,38 @@ func TestSpanTree(t *testing.T) {
 				r.spans.Reset()
 				return ctx
 			},
-			want: node{Name: "chat gpt-4o", Kind: "client", Attrs: gpt4o(with(map[string]any{
-				"gen_ai.response.model": "gpt-4o-mini", "gen_ai.response.finish_reasons": []string{"stop"},
-			}, answered)), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "breaker",
-					"llmretry.skipped": true, "llmretry.retry_after": 3600.0,
-				})},
-				{Name: "attempt gpt-4o-mini", Kind: "internal", Attrs: mini(with(map[string]any{
-					"llmretry.backend": int64(1), "llmretry.try": int64(1), "llmretry.delivered": false,
-				}, answered)), Children: []node{httpSpan(200)}},
-			}},
+			// A skip sent nothing: it is no inference, and no GenAI
+			// operation.
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, answer("gpt-4o-mini", 2), srv), Children: []node{
+					{Name: "skip gpt-4o", Kind: "internal", Attrs: map[string]any{
+						"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
+						"llmretry.backend": int64(0), "llmretry.try": int64(1),
+						"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "breaker",
+						"llmretry.skipped": true, "llmretry.retry_after": 3600.0,
+					}},
+					{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, try(1, 1), answer("gpt-4o-mini", 2), usage, srv),
+						Children: []node{httpSpan(200)}},
+				}}
+			},
 		},
 		{
 			name:     "truncated",
 			scripts:  map[string][]llmretrytest.Step{"gpt-4o": {llmretrytest.Truncated("Paris is")}},
 			backends: func(r *rig) []backend { return []backend{r.chat("gpt-4o")} },
-			want: node{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + truncatedLine, Attrs: gpt4o(map[string]any{
-				"error.type": "truncated",
-			}), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Status: "Error: truncated", Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "truncated", "llmretry.next": "stop", "llmretry.why": "not_retryable",
-					"error.type": "truncated", "gen_ai.usage.input_tokens": int64(10), "gen_ai.usage.output_tokens": int64(2),
-				}), Children: []node{httpSpan(200)}},
-			}},
+			// The truncation's message is its kind: the description says
+			// more than error.type does.
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + truncatedLine, Attrs: with(gpt4o, map[string]any{
+					"error.type": "truncated",
+				}), Events: []string{"exception exception.type=*llmretry.Truncated"}, Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: [backend 0 gpt-4o try 1] truncated (stopping: not_retryable)",
+						Attrs: with(gpt4o, try(0, 1), srv, map[string]any{
+							"llmretry.kind": "truncated", "llmretry.next": "stop", "llmretry.why": "not_retryable",
+							"error.type": "truncated", "gen_ai.usage.input_tokens": int64(10), "gen_ai.usage.output_tokens": int64(2),
+						}), Events: []string{"exception exception.type=*llmretry.Failure"}, Children: []node{httpSpan(200)}},
+				}}
+			},
 			wantErr: "truncated",
 		},
 		{
@@ -174,15 +196,16 @@ func TestSpanTree(t *testing.T) {
 				b.Timeout = 50 * time.Millisecond
 				return []backend{b}
 			},
-			want: node{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + timedOutLine, Attrs: gpt4o(map[string]any{
-				"error.type": "timed_out",
-			}), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Status: "Error: " + timeoutLine, Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "timeout", "llmretry.next": "stop", "llmretry.why": "waits_used",
-					"error.type": "timeout",
-				}), Children: []node{httpSpan(0)}},
-			}},
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + timedOutLine, Attrs: with(gpt4o, map[string]any{
+					"error.type": "timed_out",
+				}), Events: []string{"exception exception.type=*llmretry.TimedOut"}, Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + timeoutLine, Attrs: with(gpt4o, try(0, 1), srv, map[string]any{
+						"llmretry.kind": "timeout", "llmretry.next": "stop", "llmretry.why": "waits_used",
+						"error.type": "timeout",
+					}), Events: []string{"exception exception.type=context.deadlineExceededError"}, Children: []node{httpSpan(0)}},
+				}}
+			},
 			wantErr: "timed_out",
 		},
 		{
@@ -195,17 +218,18 @@ func TestSpanTree(t *testing.T) {
 				r.beforeSend = cancel // the caller withdraws as the request goes out
 				return ctx
 			},
-			// Cancelled is the caller's intent: error.type says so, the
-			// status does not call it a failure.
-			want: node{Name: "chat gpt-4o", Kind: "client", Attrs: gpt4o(map[string]any{
-				"error.type": "cancelled",
-			}), Children: []node{
-				{Name: "attempt gpt-4o", Kind: "internal", Attrs: gpt4o(map[string]any{
-					"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.delivered": false,
-					"llmretry.kind": "cancelled", "llmretry.next": "stop", "llmretry.why": "cancelled",
+			// The call ended in an error: error.type says which, and the
+			// status is Error, with the error's message.
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + cancelledLine, Attrs: with(gpt4o, map[string]any{
 					"error.type": "cancelled",
-				}), Children: []node{httpSpan(0)}},
-			}},
+				}), Events: []string{"exception exception.type=*llmretry.Cancelled"}, Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: context canceled", Attrs: with(gpt4o, try(0, 1), map[string]any{
+						"llmretry.kind": "cancelled", "llmretry.next": "stop", "llmretry.why": "cancelled",
+						"error.type": "cancelled",
+					}), Events: []string{"exception exception.type=*errors.errorString"}, Children: []node{httpSpan(0)}},
+				}}
+			},
 			wantErr: "cancelled",
 		},
 	}
@@ -225,7 +249,7 @@ func TestSpanTree(t *testing.T) {
 			if (err != nil) != (tc.wantErr != "") {
 				t.Fatalf("Do() = %v, want an error: %v", err, tc.wantErr != "")
 			}
-			if diff := cmp.Diff([]node{tc.want}, r.tree(t), roughRetryAfter); diff != "" {
+			if diff := cmp.Diff([]node{tc.want(r.server(t))}, r.tree(t), roughRetryAfter); diff != "" {
 				t.Errorf("span tree (-want +got):\n%s", diff)
 			}
 		})
@@ -249,6 +273,7 @@ const (
 	status500     = "http 500: OpenAI API error: 500 Internal Server Error"
 	truncatedLine = "llmretry: truncated after 1 attempt on 1 backend: raise the completion budget (max tokens)"
 	timedOutLine  = "llmretry: timed out after 1 attempt on 1 backend: raise the backends' Timeout or StallTimeout"
+	cancelledLine = "llmretry: cancelled after 1 attempt: context canceled"
 	timeoutLine   = "context deadline exceeded"
 )
 
@@ -279,7 +304,7 @@ func TestNestedSpanTree(t *testing.T) {
 	for _, root := range r.tree(t) {
 		got = append(got, names(root)...)
 	}
-	want := []string{"chat router", "  attempt router", "    chat gpt-4o", "      attempt gpt-4o", "        HTTP POST"}
+	want := []string{"chat router", "  chat router", "    chat gpt-4o", "      chat gpt-4o", "        HTTP POST"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("span tree (-want +got):\n%s", diff)
 	}

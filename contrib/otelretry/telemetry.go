@@ -3,8 +3,9 @@ package otelretry
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http/httptrace"
 	"strings"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -12,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
+	"go.opentelemetry.io/otel/semconv/v1.41.0/genaiconv"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/llmretry/llmretry"
@@ -63,29 +65,24 @@ func newTelemetry(cfg Config, backends []backendInfo) *telemetry {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t := &telemetry{tracer: tp.Tracer(scope), op: cfg.Operation, content: cfg.RecordContent, backends: backends}
-	if t.op == "" {
-		t.op = "chat"
+	t := &telemetry{
+		tracer: tp.Tracer(scope, trace.WithSchemaURL(semconv.SchemaURL)),
+		op:     cfg.Operation, content: cfg.RecordContent, backends: backends,
 	}
-	for i := range t.backends {
-		b := &t.backends[i]
-		if cfg.Provider != nil {
-			b.provider = cfg.Provider(i, b.model)
-		} else {
-			b.provider = GuessProvider(b.model)
-		}
+	if t.op == "" {
+		t.op = string(genaiconv.OperationNameChat)
 	}
 
-	meter := mp.Meter(scope)
-	var err error
-	t.duration, err = meter.Float64Histogram("gen_ai.client.operation.duration",
-		metric.WithDescription("GenAI operation duration."), metric.WithUnit("s"),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	// The conventions' own instruments give the names, units and
+	// descriptions; the buckets are theirs too, but advice is the
+	// caller's to give.
+	meter := mp.Meter(scope, metric.WithSchemaURL(semconv.SchemaURL))
+	duration, err := genaiconv.NewClientOperationDuration(meter, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	handle(err)
-	t.tokens, err = meter.Int64Histogram("gen_ai.client.token.usage",
-		metric.WithDescription("Number of input and output tokens used."), metric.WithUnit("{token}"),
-		metric.WithExplicitBucketBoundaries(tokenBuckets...))
+	t.duration = duration.Inst()
+	tokens, err := genaiconv.NewClientTokenUsage(meter, metric.WithExplicitBucketBoundaries(tokenBuckets...))
 	handle(err)
+	t.tokens = tokens.Inst()
 	t.attempts, err = meter.Int64Counter("llmretry.attempts",
 		metric.WithDescription("Attempts of chain calls, skips included, by what followed them."), metric.WithUnit("{attempt}"))
 	handle(err)
@@ -93,29 +90,58 @@ func newTelemetry(cfg Config, backends []backendInfo) *telemetry {
 	return t
 }
 
-// first is the chain's first backend, which names the call; a chain
-// without backends (a configuration error) has an unknown one.
+// first is the chain's first backend, which names a call until another
+// answers it; a chain without backends (a configuration error) has an
+// unknown one.
 func (t *telemetry) first() backendInfo {
 	if len(t.backends) == 0 {
-		return backendInfo{model: "unknown"}
+		return backendInfo{model: unknownModel, provider: otherProvider}
 	}
 	return t.backends[0]
 }
 
-// backend is backend i, or an unknown one for an index the chain does not
-// have (a record a caller's own hook made up).
-func (t *telemetry) backend(i int) backendInfo {
+// backend is backend i, its model as the chain's records name it now, or
+// an unknown one for an index the chain does not have (a record a
+// caller's own hook made up).
+func (t *telemetry) backend(i int, model string) backendInfo {
 	if i < 0 || i >= len(t.backends) {
-		return backendInfo{index: i, model: "unknown"}
+		model = modelName(model)
+		return backendInfo{index: i, model: model, provider: providerOf(nil, i, model, "")}
 	}
-	return t.backends[i]
+	b := t.backends[i]
+	if model != "" {
+		b.model = model
+	}
+	return b
 }
 
-// modelAttrs are the attributes that name backend b.
+// name is the name the conventions give an inference span of backend b:
+// "{operation} {model}", or the operation alone when the model is not
+// known.
+func (t *telemetry) name(b backendInfo) string {
+	if b.model == unknownModel {
+		return t.op
+	}
+	return t.op + " " + b.model
+}
+
+// modelAttrs are the attributes that say what b is asked to do: the
+// operation, the provider and the model requested. Every span and metric
+// point of b carries them.
 func (t *telemetry) modelAttrs(b backendInfo) []attribute.KeyValue {
-	attrs := []attribute.KeyValue{semconv.GenAIOperationNameKey.String(t.op), semconv.GenAIRequestModel(b.model)}
-	if b.provider != "" {
-		attrs = append(attrs, semconv.GenAIProviderNameKey.String(b.provider))
+	attrs := []attribute.KeyValue{semconv.GenAIOperationNameKey.String(t.op), semconv.GenAIProviderNameKey.String(b.provider)}
+	if b.model != unknownModel {
+		attrs = append(attrs, semconv.GenAIRequestModel(b.model))
+	}
+	return attrs
+}
+
+// requestAttrs are the attributes of a request to b: the model's, and
+// whether it streams, said only when the backend says so.
+func (t *telemetry) requestAttrs(b backendInfo) []attribute.KeyValue {
+	attrs := t.modelAttrs(b)
+	if b.stream {
+		attrs = append(attrs, semconv.GenAIRequestStream(true))
 	}
 	return attrs
 }
@@ -123,166 +149,293 @@ func (t *telemetry) modelAttrs(b backendInfo) []attribute.KeyValue {
 // callStart starts the span of one Do and returns the context the call
 // runs under, which carries the span and the call's state.
 func (t *telemetry) callStart(ctx context.Context) (context.Context, *call, time.Time) {
+	if outer, _ := ctx.Value(attemptKey{}).(*attempt); outer != nil {
+		// This call runs inside another instrumented chain's attempt:
+		// its own attempts' spans carry what it costs, so the outer
+		// attempt's must not count it again.
+		outer.nested.Store(true)
+	}
 	began := time.Now()
 	first := t.first()
-	ctx, span := t.tracer.Start(ctx, t.op+" "+first.model,
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.modelAttrs(first)...))
+	ctx, span := t.tracer.Start(ctx, t.name(first),
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.requestAttrs(first)...))
 	c := &call{span: span}
 	return context.WithValue(ctx, callKey{t}, c), c, began
 }
 
 // callEnd ends call c, which Do (begun at began) ended with resp and err,
-// and records its duration.
+// with the span of the attempt that answered it, and records its
+// duration. The call is charged to the backend that answered it, or to
+// the first when none did.
 func (t *telemetry) callEnd(ctx context.Context, c *call, began time.Time, resp any, err error) {
 	if c.attempt != nil {
 		// Not reached while the chain keeps OnAttemptStart's promise.
-		c.attempt.End()
+		c.attempt.span.End()
 		c.attempt = nil
 	}
-	measure := t.modelAttrs(t.first())
-	if err != nil {
-		et := outcome(err)
-		c.span.SetAttributes(semconv.ErrorTypeKey.String(et))
-		if et != "cancelled" {
-			// The caller's own withdrawal is its intent, not a failure of
-			// the call.
-			c.span.SetStatus(codes.Error, firstLine(llmretry.Redact(err.Error())))
-		}
-		measure = append(measure, semconv.ErrorTypeKey.String(et))
-	} else if a := c.answer; a != nil {
+	var measure []attribute.KeyValue
+	if a := c.answer; a != nil {
+		b := a.backend
 		comp, isComp := completionOf(resp)
-		model := a.Model
-		if isComp && comp.Model != "" {
-			model = comp.Model // the provider's own name, with its version
+		if b.model == unknownModel && isComp && comp.Model != "" {
+			// The backend has no Model (an adapter given none sends the
+			// model its build func names), so the model that answered is
+			// the best knowledge there is of the model asked for.
+			b.model = comp.Model
+			a.span.SetName(t.name(b))
+			a.span.SetAttributes(semconv.GenAIRequestModel(b.model))
 		}
-		attrs := []attribute.KeyValue{semconv.GenAIResponseModel(model)}
-		u := a.Usage
+		answer := t.answerAttrs(comp, isComp)
+		server := serverAttrs(a)
+		u := a.record.Usage
 		if u == nil && isComp && (comp.InputTokens != 0 || comp.OutputTokens != 0) {
 			u = &llmretry.Usage{InputTokens: comp.InputTokens, OutputTokens: comp.OutputTokens}
 		}
+		if a.nested.Load() {
+			u = nil // the nested chain's spans and points carry it
+		}
+
+		a.span.SetAttributes(answer...)
+		a.span.SetAttributes(server...)
 		if u != nil {
-			attrs = append(attrs, usageAttrs(*u)...)
+			a.span.SetAttributes(usageAttrs(*u)...)
 		}
-		if isComp && comp.StopReason != "" {
-			attrs = append(attrs, semconv.GenAIResponseFinishReasons(comp.StopReason))
+		a.span.End(trace.WithTimestamp(a.record.Start.Add(a.record.Elapsed)))
+
+		c.span.SetName(t.name(b))
+		c.span.SetAttributes(t.modelAttrs(b)...)
+		c.span.SetAttributes(answer...)
+		c.span.SetAttributes(server...)
+		if b.stream != t.first().stream {
+			c.span.SetAttributes(semconv.GenAIRequestStream(b.stream))
 		}
-		if t.content && isComp {
-			attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputMessages(comp)))
+
+		measure = append(t.modelAttrs(b), server...)
+		if isComp && comp.Model != "" {
+			measure = append(measure, semconv.GenAIResponseModel(comp.Model))
 		}
-		c.span.SetAttributes(attrs...)
-		measure = append(measure, semconv.GenAIResponseModel(model))
 		if u != nil {
-			t.recordTokens(ctx, t.backend(a.Backend), *u, semconv.GenAIResponseModel(model))
+			t.recordTokens(ctx, *u, measure...)
 		}
+	} else {
+		measure = t.modelAttrs(t.first())
+	}
+	if err != nil {
+		et := semconv.ErrorTypeKey.String(outcome(err))
+		msg := llmretry.Redact(err.Error())
+		c.span.SetAttributes(et)
+		c.span.SetStatus(codes.Error, firstLine(msg))
+		c.span.AddEvent(semconv.ExceptionEventName, trace.WithAttributes(
+			semconv.ExceptionType(fmt.Sprintf("%T", err)), semconv.ExceptionMessage(msg)))
+		measure = append(measure, et)
 	}
 	t.duration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(measure...))
 	c.span.End()
 }
 
-// attemptStart starts the span of try number try of backend bi, under the
-// call's span, and returns the context the backend's Call runs under.
-func (t *telemetry) attemptStart(ctx context.Context, bi, try int) context.Context {
+// answerAttrs are the attributes of an answer: the conventions' response
+// attributes when it is an [llmretry.Completion], and its text when the
+// Config opts in.
+func (t *telemetry) answerAttrs(comp llmretry.Completion, isComp bool) []attribute.KeyValue {
+	if !isComp {
+		return nil
+	}
+	var attrs []attribute.KeyValue
+	if comp.ID != "" {
+		attrs = append(attrs, semconv.GenAIResponseID(comp.ID))
+	}
+	if comp.Model != "" {
+		attrs = append(attrs, semconv.GenAIResponseModel(comp.Model)) // the provider's own name, with its version
+	}
+	if comp.StopReason != "" {
+		attrs = append(attrs, semconv.GenAIResponseFinishReasons(comp.StopReason))
+	}
+	if t.content {
+		attrs = append(attrs, semconv.GenAIOutputMessagesKey.String(outputMessages(comp)))
+	}
+	return attrs
+}
+
+// attemptStart starts the inference span of try number try of backend
+// bi, whose model the chain names model, under the call's span, and
+// returns the context the backend's Call runs under: it carries the span,
+// for the Call's HTTP client to hang its own under, and the hooks that
+// tell where the request went.
+func (t *telemetry) attemptStart(ctx context.Context, bi int, model string, try int) context.Context {
 	c := t.callOf(ctx)
 	if c == nil {
 		return ctx // the chain was copied with our hooks but not our WrapDo
 	}
-	b := t.backend(bi)
-	attrs := append(t.modelAttrs(b), keyBackend.Int(bi), keyTry.Int(try))
+	b := t.backend(bi, model)
+	attrs := append(t.requestAttrs(b), keyBackend.Int(bi), keyTry.Int(try))
 	if try > 1 {
 		// The conventions leave it out of a first request. Try counts the
 		// requests sent to the backend in this call, so it is the resends.
 		attrs = append(attrs, semconv.HTTPRequestResendCount(try-1))
 	}
-	ctx, c.attempt = t.tracer.Start(ctx, "attempt "+b.model,
-		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
-	return ctx
+	ctx, span := t.tracer.Start(ctx, t.name(b), trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	a := &attempt{span: span, backend: b}
+	c.attempt = a
+	ctx = context.WithValue(ctx, attemptKey{}, a)
+	return httptrace.WithClientTrace(ctx, a.server.trace())
 }
 
-// attemptEnd ends the span of attempt a, or, for a skip, makes one that
-// covers it, and counts the attempt.
-func (t *telemetry) attemptEnd(ctx context.Context, a llmretry.Attempt) {
-	b := t.backend(a.Backend)
-	end := a.Start.Add(a.Elapsed)
+// attemptEnd ends the span of attempt rec, or, for a skip, makes one that
+// covers it, and counts the attempt. The span of an answer is left for
+// callEnd to end, once the answer's attributes are known.
+func (t *telemetry) attemptEnd(ctx context.Context, rec llmretry.Attempt) {
+	b := t.backend(rec.Backend, rec.Model)
+	if rec.Skipped {
+		t.skipped(ctx, b, rec)
+		return
+	}
 	c := t.callOf(ctx)
-	var span trace.Span
-	switch {
-	case c != nil && c.attempt != nil && !a.Skipped:
-		span, c.attempt = c.attempt, nil
-	default:
-		// A skip sent nothing, so nothing started a span: it gets a short
-		// one, from its record's times.
-		_, span = t.tracer.Start(ctx, "attempt "+b.model, trace.WithSpanKind(trace.SpanKindInternal),
-			trace.WithTimestamp(a.Start), trace.WithAttributes(append(t.modelAttrs(b), keyBackend.Int(a.Backend), keyTry.Int(a.Try))...))
+	var a *attempt
+	if c != nil && c.attempt != nil {
+		a, c.attempt = c.attempt, nil
+	} else {
+		// No start was seen: the chain was copied with our OnAttempt but
+		// not our other hooks. The span comes from the record's times.
+		_, span := t.tracer.Start(ctx, t.name(b), trace.WithSpanKind(trace.SpanKindClient), trace.WithTimestamp(rec.Start),
+			trace.WithAttributes(append(t.requestAttrs(b), keyBackend.Int(rec.Backend), keyTry.Int(rec.Try))...))
+		a = &attempt{span: span, backend: b}
 	}
-	answered := a.Err == nil && a.Next == "" && !a.Skipped
-	if answered && c != nil {
-		c.answer = &a
-	}
+	a.record = rec
+	answered := rec.Err == nil && rec.Next == ""
 
-	attrs := []attribute.KeyValue{keyDelivered.Bool(a.Delivered)}
+	attrs := []attribute.KeyValue{keyDelivered.Bool(rec.Delivered)}
 	counted := t.modelAttrs(b)
 	if !answered {
-		outcome := []attribute.KeyValue{keyKind.String(a.Kind.String()), keyNext.String(string(a.Next))}
-		if a.Why != "" {
-			outcome = append(outcome, keyWhy.String(string(a.Why)))
-		}
-		if a.Skipped {
-			outcome = append(outcome, keySkipped.Bool(true))
-		}
+		outcome := outcomeAttrs(rec)
 		attrs = append(attrs, outcome...)
+		attrs = append(attrs, semconv.ErrorTypeKey.String(rec.Kind.String()))
 		counted = append(counted, outcome...)
-		if !a.Skipped {
-			attrs = append(attrs, semconv.ErrorTypeKey.String(a.Kind.String()))
-		}
 	}
-	if a.Next == llmretry.NextRetry {
-		attrs = append(attrs, keyRetryIn.Float64(a.RetryIn.Seconds()))
+	if rec.Next == llmretry.NextRetry {
+		attrs = append(attrs, keyRetryIn.Float64(rec.RetryIn.Seconds()))
 	}
-	if a.RetryAfter != 0 {
-		attrs = append(attrs, keyRetryAfter.Float64(a.RetryAfter.Seconds()))
+	if rec.RetryAfter != 0 {
+		attrs = append(attrs, keyRetryAfter.Float64(rec.RetryAfter.Seconds()))
 	}
-	if a.Status != 0 {
-		attrs = append(attrs, semconv.HTTPResponseStatusCode(a.Status))
+	if rec.Status != 0 {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(rec.Status))
 	}
-	if a.Usage != nil {
-		attrs = append(attrs, usageAttrs(*a.Usage)...)
+	server := serverAttrs(a)
+	attrs = append(attrs, server...)
+	if t.content && rec.RawText != nil && !answered {
+		attrs = append(attrs, keyRawText.String(*rec.RawText))
 	}
-	if t.content && a.RawText != nil && !answered {
-		attrs = append(attrs, keyRawText.String(*a.RawText))
+	a.span.SetAttributes(attrs...)
+	t.attempts.Add(ctx, 1, metric.WithAttributes(counted...))
+	if answered && c != nil {
+		c.answer = a
+		return
 	}
-	span.SetAttributes(attrs...)
-	if a.Next == llmretry.NextRetry {
+
+	end := rec.Start.Add(rec.Elapsed)
+	if rec.Next == llmretry.NextRetry {
 		// The wait is the gap before the next attempt's span; the event
 		// says how long it was meant to be, and from when.
-		span.AddEvent("llmretry.retry", trace.WithTimestamp(end),
-			trace.WithAttributes(keyRetryIn.Float64(a.RetryIn.Seconds())))
+		a.span.AddEvent("llmretry.retry", trace.WithTimestamp(end),
+			trace.WithAttributes(keyRetryIn.Float64(rec.RetryIn.Seconds())))
 	}
-	if !answered && !a.Skipped && a.Kind != llmretry.KindCancelled {
-		desc := a.Kind.String()
-		if a.Err != nil {
-			desc = firstLine(llmretry.Redact(a.Err.Error()))
+	if !answered {
+		desc, exception := failureText(rec)
+		a.span.SetStatus(codes.Error, desc)
+		if exception != nil {
+			a.span.AddEvent(semconv.ExceptionEventName, trace.WithTimestamp(end), trace.WithAttributes(exception...))
 		}
-		span.SetStatus(codes.Error, desc)
 	}
-	span.End(trace.WithTimestamp(end))
-
-	t.attempts.Add(ctx, 1, metric.WithAttributes(counted...))
-	if a.Usage != nil && !answered {
-		// A failed attempt's tokens were billed all the same; the answer's
-		// are recorded when Do returns, with the model that answered.
-		t.recordTokens(ctx, b, *a.Usage, keyFailed.Bool(true))
+	if rec.Usage != nil && !a.nested.Load() {
+		a.span.SetAttributes(usageAttrs(*rec.Usage)...)
+		// A failed attempt's tokens were billed all the same, and say so;
+		// an answer's are recorded when Do returns, with the model that
+		// answered, but for the answer of a call we have no state of.
+		points := append(t.modelAttrs(b), server...)
+		if !answered {
+			points = append(points, keyFailed.Bool(true))
+		}
+		t.recordTokens(ctx, *rec.Usage, points...)
 	}
+	a.span.End(trace.WithTimestamp(end))
 }
 
-// recordTokens records usage u of backend b as gen_ai.client.token.usage,
-// one point per token type, with extra attributes.
-func (t *telemetry) recordTokens(ctx context.Context, b backendInfo, u llmretry.Usage, extra ...attribute.KeyValue) {
-	attrs := append(t.modelAttrs(b), extra...)
+// skipped makes the span of skip rec of backend b: an internal one, since
+// no request was sent, named "skip {model}", covering the wait for the
+// breaker when there was one.
+func (t *telemetry) skipped(ctx context.Context, b backendInfo, rec llmretry.Attempt) {
+	outcome := outcomeAttrs(rec)
+	attrs := []attribute.KeyValue{semconv.GenAIProviderNameKey.String(b.provider)}
+	if b.model != unknownModel {
+		attrs = append(attrs, semconv.GenAIRequestModel(b.model))
+	}
+	attrs = append(attrs, keyBackend.Int(rec.Backend), keyTry.Int(rec.Try))
+	attrs = append(attrs, outcome...)
+	if rec.Next == llmretry.NextRetry {
+		attrs = append(attrs, keyRetryIn.Float64(rec.RetryIn.Seconds()))
+	}
+	if rec.RetryAfter != 0 {
+		attrs = append(attrs, keyRetryAfter.Float64(rec.RetryAfter.Seconds()))
+	}
+	_, span := t.tracer.Start(ctx, "skip "+b.model, trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithTimestamp(rec.Start), trace.WithAttributes(attrs...))
+	span.End(trace.WithTimestamp(rec.Start.Add(rec.Elapsed)))
+	t.attempts.Add(ctx, 1, metric.WithAttributes(append(t.modelAttrs(b), outcome...)...))
+}
+
+// outcomeAttrs are the attributes that say how failed attempt rec went
+// and what followed it.
+func outcomeAttrs(rec llmretry.Attempt) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{keyKind.String(rec.Kind.String()), keyNext.String(string(rec.Next))}
+	if rec.Why != "" {
+		attrs = append(attrs, keyWhy.String(string(rec.Why)))
+	}
+	if rec.Skipped {
+		attrs = append(attrs, keySkipped.Bool(true))
+	}
+	return attrs
+}
+
+// failureText is the status description and the exception event's
+// attributes of failed attempt rec: its error's message, redacted, the
+// description its first line. A message that says no more than the Kind
+// (a truncation's is "truncated") would only repeat error.type, so the
+// description is then the record's own line, which says where it ran and
+// what followed. An attempt without an error has no exception.
+func failureText(rec llmretry.Attempt) (string, []attribute.KeyValue) {
+	if rec.Err == nil {
+		return rec.String(), nil
+	}
+	msg := llmretry.Redact(rec.Err.Error())
+	desc := firstLine(msg)
+	if desc == rec.Kind.String() {
+		desc = rec.String()
+	}
+	return desc, []attribute.KeyValue{semconv.ExceptionType(fmt.Sprintf("%T", rec.Err)), semconv.ExceptionMessage(msg)}
+}
+
+// serverAttrs are the server.address and server.port of attempt a's
+// request, when its HTTP client told.
+func serverAttrs(a *attempt) []attribute.KeyValue {
+	host, port := a.server.addr()
+	if host == "" {
+		return nil
+	}
+	attrs := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if port != 0 {
+		attrs = append(attrs, semconv.ServerPort(port))
+	}
+	return attrs
+}
+
+// recordTokens records usage u as gen_ai.client.token.usage, one point
+// per token type, with attrs.
+func (t *telemetry) recordTokens(ctx context.Context, u llmretry.Usage, attrs ...attribute.KeyValue) {
 	for _, p := range [...]struct {
 		kind attribute.KeyValue
 		n    int64
 	}{{semconv.GenAITokenTypeInput, u.InputTokens}, {semconv.GenAITokenTypeOutput, u.OutputTokens}} {
-		t.tokens.Record(ctx, p.n, metric.WithAttributes(append(attrs, p.kind)...))
+		t.tokens.Record(ctx, p.n, metric.WithAttributes(append(attrs[:len(attrs):len(attrs)], p.kind)...))
 	}
 }
 
@@ -314,7 +467,9 @@ func completionOf(resp any) (llmretry.Completion, bool) {
 }
 
 // outputMessages is the answer as the conventions' output messages JSON:
-// one assistant message with one text part.
+// one assistant message with one text part and its finish reason, which
+// the schema requires. An answer without one ended as the chain accepts
+// an answer, whole: "stop".
 func outputMessages(comp llmretry.Completion) string {
 	type part struct {
 		Type    string `json:"type"`
@@ -323,9 +478,13 @@ func outputMessages(comp llmretry.Completion) string {
 	type message struct {
 		Role         string `json:"role"`
 		Parts        []part `json:"parts"`
-		FinishReason string `json:"finish_reason,omitempty"`
+		FinishReason string `json:"finish_reason"`
 	}
-	b, _ := json.Marshal([]message{{Role: "assistant", Parts: []part{{"text", comp.Text}}, FinishReason: comp.StopReason}}) // strings always encode
+	reason := comp.StopReason
+	if reason == "" {
+		reason = "stop"
+	}
+	b, _ := json.Marshal([]message{{Role: "assistant", Parts: []part{{"text", comp.Text}}, FinishReason: reason}}) // strings always encode
 	return string(b)
 }
 
@@ -334,64 +493,4 @@ func outputMessages(comp llmretry.Completion) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
-}
-
-// Breaker states as llmretry.breaker.state reports them.
-const (
-	stateClosed   = 0
-	stateOpen     = 1
-	stateHalfOpen = 2
-)
-
-// observeBreakers registers the state and openings of each backend's
-// Breaker with meter, read when the meter collects.
-func (t *telemetry) observeBreakers(meter metric.Meter) {
-	var watched []backendInfo
-	for _, b := range t.backends {
-		if b.breaker != nil {
-			watched = append(watched, b)
-		}
-	}
-	if len(watched) == 0 {
-		return
-	}
-	state, err := meter.Int64ObservableGauge("llmretry.breaker.state",
-		metric.WithDescription("State of a backend's Breaker: 0 closed, 1 open, 2 half-open."), metric.WithUnit("1"))
-	handle(err)
-	openings, err := meter.Int64ObservableCounter("llmretry.breaker.openings",
-		metric.WithDescription("Times a backend's Breaker opened."), metric.WithUnit("{opening}"))
-	handle(err)
-	// A counter must never go down, but a Breaker with a Store reads its
-	// count from the fleet, which can be lower than the count it kept on
-	// its own while the store was down: report the highest seen. With a
-	// Store every process reports the fleet's count, so a dashboard takes
-	// the max across processes, not the sum.
-	var mu sync.Mutex
-	seen := make([]int64, len(watched))
-	_, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
-		now := time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		for i, b := range watched {
-			st := b.breaker.State()
-			attrs := metric.WithAttributes(append(t.modelAttrs(b), keyBackend.Int(b.index))...)
-			o.ObserveInt64(state, breakerState(st, now), attrs)
-			seen[i] = max(seen[i], int64(st.Opened))
-			o.ObserveInt64(openings, seen[i], attrs)
-		}
-		return nil
-	}, state, openings)
-	handle(err)
-}
-
-// breakerState is st's state at now: half-open once the open period is
-// over (the next call probes) or while a probe is in flight.
-func breakerState(st llmretry.BreakerState, now time.Time) int64 {
-	switch {
-	case !st.Open:
-		return stateClosed
-	case st.Probing || !st.Until.After(now):
-		return stateHalfOpen
-	}
-	return stateOpen
 }

@@ -124,6 +124,13 @@ func deadPath(dead string) (string, error) {
 // terminal, where the progress line is updated in place. The error is for
 // a demo that could not run, or was interrupted.
 func run(ctx context.Context, w io.Writer, terminal bool, deadPath string) (batch.Counts, error) {
+	return play(ctx, w, terminal, deadPath, nil)
+}
+
+// play is run, handing each dead letter to keep too when it is not nil,
+// as the runner gave it to the file, so that a test can compare the file
+// with what was written to it.
+func play(ctx context.Context, w io.Writer, terminal bool, deadPath string, keep func(batch.DeadLetter)) (batch.Counts, error) {
 	primary := llmretrytest.NewServer()
 	defer primary.Close()
 	fallback := llmretrytest.NewServer()
@@ -188,6 +195,9 @@ func run(ctx context.Context, w io.Writer, terminal bool, deadPath string) (batc
 		Dead: batch.SinkFunc(func(d batch.DeadLetter) error {
 			n, _ := outcomes.LoadOrStore(outcome(d.Err), new(atomic.Int64))
 			n.(*atomic.Int64).Add(1)
+			if keep != nil {
+				keep(d) // the runner calls its Sink from one goroutine at a time
+			}
 			return sink.Put(d)
 		}),
 		OnProgress: func(c batch.Counts) { latest.Store(&c) },
@@ -263,6 +273,7 @@ func run(ctx context.Context, w io.Writer, terminal bool, deadPath string) (batc
 	if counts.NotRun > 0 {
 		fmt.Fprintf(w, "%d items were cut short by the interrupt and not run: run them again.\n", counts.NotRun)
 	}
+	fmt.Fprintf(w, "To see which items are worth running again, and when:\n  go run ./cmd/llmretry deadletters %s\n", deadPath)
 	return counts, runErr
 }
 

@@ -6,13 +6,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/batch"
 )
 
 // deadLine is one line of dead-letters.jsonl, as a reader decodes it.
@@ -80,13 +86,15 @@ func emptyDir(t *testing.T) {
 
 // TestRun plays the whole demo, as go run does: the counts add up to
 // 1,000, every long item is a truncated dead letter after one run, every
-// broken one an exhausted dead letter after three, and the file it names
-// has one valid JSON line per dead item.
+// broken one an exhausted dead letter after three, the file it names has
+// one valid JSON line per dead item, and batch.ReadDeadLetters reads them
+// back as the runner wrote them.
 func TestRun(t *testing.T) {
 	emptyDir(t)
 	path := filepath.Join(t.TempDir(), "dead.jsonl")
 	var buf bytes.Buffer
-	counts, err := run(context.Background(), &buf, false, path)
+	var written []batch.DeadLetter
+	counts, err := play(context.Background(), &buf, false, path, func(d batch.DeadLetter) { written = append(written, d) })
 	out := buf.String()
 	if err != nil {
 		t.Fatalf("run() error = %v, want nil; output:\n%s", err, out)
@@ -112,8 +120,10 @@ func TestRun(t *testing.T) {
 			}
 		}
 	}
+	checkReadBack(t, path, written)
 	for _, want := range []string{`Done in [0-9.]+s: \d+ succeeded`, `(?m)^Dead letters go to ` + regexp.QuoteMeta(path) + `\.$`,
-		`written to ` + regexp.QuoteMeta(path), `(?m)^  truncated +25 `} {
+		`written to ` + regexp.QuoteMeta(path), `(?m)^  truncated +25 `,
+		`go run ./cmd/llmretry deadletters ` + regexp.QuoteMeta(path)} {
 		if !regexp.MustCompile(want).MatchString(out) {
 			t.Errorf("output lacks %q; output:\n%s", want, out)
 		}
@@ -177,3 +187,93 @@ func leftPad(i int) string {
 	s := strconv.Itoa(i)
 	return strings.Repeat("0", 4-len(s)) + s
 }
+
+// checkReadBack reads the dead letters in the file path back with
+// batch.ReadDeadLetters and compares them with those written: the same
+// IDs, whys, runs and omitted counts, and each run's error of the same
+// type, with the same message, records (errors compared by text, times
+// by instant), cause and RetryItem advice. RetryItemAfter counts from
+// now, which moves between two calls: the decoded error's must lie
+// between the original's just before and just after it.
+func checkReadBack(t *testing.T, path string, written []batch.DeadLetter) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	read, err := batch.ReadDeadLetters(f)
+	if err != nil {
+		t.Fatalf("ReadDeadLetters(%s) error = %v", path, err)
+	}
+	if len(read) != len(written) {
+		t.Fatalf("ReadDeadLetters(%s) = %d dead letters, want the %d written", path, len(read), len(written))
+	}
+	for i, w := range written {
+		r := read[i]
+		if r.ID != w.ID || r.Why != w.Why || r.Runs != w.Runs || r.Omitted != w.Omitted || len(r.Earlier) != len(w.Earlier) {
+			t.Errorf("dead letter %d read back = %s %s %d runs, %d earlier, %d omitted; want %s %s %d, %d, %d",
+				i, r.ID, r.Why, r.Runs, len(r.Earlier), r.Omitted, w.ID, w.Why, w.Runs, len(w.Earlier), w.Omitted)
+			continue
+		}
+		for j, want := range append(slices.Clone(w.Earlier), w.Err) {
+			got := append(slices.Clone(r.Earlier), r.Err)[j]
+			if d := diffRun(want, got); d != "" {
+				t.Errorf("dead letter of %s, run %d of those kept, read back differs:\n%s", w.ID, j+1, d)
+			}
+		}
+	}
+}
+
+// diffRun returns how got, a run's error read back, differs from want,
+// the one written; "" when it does not.
+func diffRun(want, got error) string {
+	if fmt.Sprintf("%T", want) != fmt.Sprintf("%T", got) {
+		return fmt.Sprintf("type %T, want %T", got, want)
+	}
+	var d strings.Builder
+	if got.Error() != want.Error() {
+		fmt.Fprintf(&d, "Error() = %q, want %q\n", got, want)
+	}
+	if g, w := llmretry.RetryItem(got), llmretry.RetryItem(want); g != w {
+		fmt.Fprintf(&d, "RetryItem = %v, want %v\n", g, w)
+	}
+	before, okBefore := llmretry.RetryItemAfter(want)
+	after, ok := llmretry.RetryItemAfter(got)
+	later, okLater := llmretry.RetryItemAfter(want)
+	if after > before || after < later || (okBefore == okLater && ok != okBefore) {
+		fmt.Fprintf(&d, "RetryItemAfter = %v, %v, want between %v, %v and %v, %v\n", after, ok, before, okBefore, later, okLater)
+	}
+	if diff := cmp.Diff(chainRecords(want), chainRecords(got), byText, byInstant); diff != "" {
+		fmt.Fprintf(&d, "records (-want +got):\n%s", diff)
+	}
+	return d.String()
+}
+
+// chainRecords returns the records of one of the chain's errors.
+func chainRecords(err error) []llmretry.Attempt {
+	var exhausted *llmretry.Exhausted
+	var cancelled *llmretry.Cancelled
+	switch {
+	case errors.As(err, &exhausted):
+		return exhausted.Attempts
+	case errors.As(err, &cancelled):
+		return cancelled.Attempts
+	}
+	return nil
+}
+
+// byText compares errors by their redacted text, as a record keeps them.
+var byText = cmp.Comparer(func(a, b error) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return llmretry.Redact(a.Error()) == llmretry.Redact(b.Error())
+})
+
+// byInstant compares times by instant and offset, as a record keeps them.
+var byInstant = cmp.Comparer(func(x, y time.Time) bool {
+	_, xo := x.Zone()
+	_, yo := y.Zone()
+	return x.Equal(y) && xo == yo
+})

@@ -5,8 +5,8 @@
 // play the outage: gpt-4o's answers 503, then 429 with a retry-after,
 // then goes down; gpt-4o-mini's answers. The chain, instrumented with
 // otelretry.Instrument, retries gpt-4o twice, fails over and is answered.
-// The HTTP client is plain net/http wrapped by otelhttp, so each request's
-// span hangs under the attempt that sent it. The program prints the span
+// The HTTP client is plain net/http wrapped by otelhttp, so each HTTP
+// span hangs under the inference span of the request that sent it. The program prints the span
 // tree, each span with its start and length from the call's start and its
 // attributes.
 //
@@ -65,9 +65,11 @@ func run(w io.Writer) error {
 
 	chain := &llmretry.Chain[string, llmretry.Completion]{
 		Backends: []llmretry.Backend[string, llmretry.Completion]{
-			{Model: "gpt-4o", Call: chat(client, primary.OpenAIBaseURL(), "gpt-4o"),
+			// Provider names who serves the model, as openairetry's
+			// backends do; otelretry puts it on the spans.
+			{Model: "gpt-4o", Provider: "openai", Call: chat(client, primary.OpenAIBaseURL(), "gpt-4o"),
 				Retry: llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}}},
-			{Model: "gpt-4o-mini", Call: chat(client, secondary.OpenAIBaseURL(), "gpt-4o-mini")},
+			{Model: "gpt-4o-mini", Provider: "openai", Call: chat(client, secondary.OpenAIBaseURL(), "gpt-4o-mini")},
 		},
 	}
 	chain = otelretry.Instrument(chain, otelretry.Config{TracerProvider: tp})
@@ -181,13 +183,14 @@ func printTree(w io.Writer, spans tracetest.SpanStubs) {
 }
 
 // shown is attrs as "key=value" pairs, sorted, leaving out those that
-// every span of the example repeats and otelhttp's connection details.
+// every span of the example repeats, otelhttp's connection details, and
+// an exception's message, which the span's status line already gives.
 func shown(attrs []attribute.KeyValue) string {
 	var out []string
 	for _, kv := range attrs {
 		switch kv.Key {
 		case "gen_ai.operation.name", "gen_ai.provider.name", "server.address", "server.port",
-			"network.protocol.version", "http.request.method", "url.full":
+			"network.protocol.version", "http.request.method", "url.full", "exception.message":
 			continue
 		}
 		out = append(out, string(kv.Key)+"="+kv.Value.String())

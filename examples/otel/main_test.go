@@ -30,12 +30,15 @@ func TestRun(t *testing.T) {
 		}
 		got = append(got, timing.ReplaceAllString(name, ""))
 	}
+	// The call is named for the backend that answered; each request is
+	// an inference span, a failed one with its exception, a retried one
+	// with its wait.
 	want := []string{
-		"chat gpt-4o",
-		"  attempt gpt-4o", "event", "    HTTP POST",
-		"  attempt gpt-4o", "event", "    HTTP POST",
-		"  attempt gpt-4o", "    HTTP POST",
-		"  attempt gpt-4o-mini", "    HTTP POST",
+		"chat gpt-4o-mini",
+		"  chat gpt-4o", "event", "event", "    HTTP POST",
+		"  chat gpt-4o", "event", "event", "    HTTP POST",
+		"  chat gpt-4o", "event", "    HTTP POST",
+		"  chat gpt-4o-mini", "    HTTP POST",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("span tree (-want +got):\n%s\noutput:\n%s", diff, buf.String())
@@ -46,9 +49,14 @@ func TestRun(t *testing.T) {
 		"llmretry.kind=transient llmretry.next=retry llmretry.retry_in=0.01 llmretry.try=1",
 		"http.request.resend_count=2",
 		"llmretry.next=fail_over llmretry.try=3 llmretry.why=waits_used",
+		// The usage is the answering request's, and only its.
+		"gen_ai.usage.input_tokens=10 gen_ai.usage.output_tokens=6 llmretry.backend=1",
 	} {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, buf.String())
 		}
+	}
+	if n := strings.Count(buf.String(), "gen_ai.usage.input_tokens"); n != 1 {
+		t.Errorf("output has gen_ai.usage.input_tokens %d times, want once:\n%s", n, buf.String())
 	}
 }

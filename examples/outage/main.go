@@ -290,6 +290,8 @@ func openAIChat(url, model string, maxTokens int) func(context.Context, string) 
 			// Retried: a garbled answer is seldom garbled twice.
 			return llmretry.Completion{}, llmretry.ParseFailure(string(body), fmt.Errorf("no answer in the response: %v", decodeErr))
 		}
+		// Every answer is billed, a truncated one too: the record says so.
+		llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: out.Usage.PromptTokens, OutputTokens: out.Usage.CompletionTokens})
 		choice := out.Choices[0]
 		switch {
 		case choice.FinishReason == "length":
@@ -343,6 +345,7 @@ func anthropicMessages(url, model string, maxTokens int) func(context.Context, s
 		if decodeErr != nil {
 			return llmretry.Completion{}, llmretry.ParseFailure(string(body), fmt.Errorf("no answer in the response: %v", decodeErr))
 		}
+		llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: out.Usage.InputTokens, OutputTokens: out.Usage.OutputTokens})
 		var text strings.Builder
 		for _, block := range out.Content {
 			if block.Type == "text" {

@@ -44,6 +44,9 @@ func TestRun(t *testing.T) {
 		{"error_text", `(?m)^  llmretry: truncated after 7 attempts on 3 backends: raise the completion budget`},
 		{"advice", `llmretry.RetryItem\(err\): false`},
 		{"record", `"outcome": "truncated",\n  "item_retryable": false,`},
+		// The refused attempts reached no provider, and the truncated
+		// answers reported what they were billed: no cost is unknown.
+		{"usage", `"usage": \{\n    "input_tokens": 20,\n    "output_tokens": 16\n  \},\n  "usage_unknown": 0,`},
 	}
 	rest, offset := out, 0
 	var times []float64
