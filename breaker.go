@@ -244,7 +244,9 @@ func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
 		b.health.probing = true
 	}
 	if f := b.fleet; f != nil && b.Store != nil {
-		v.t.local = f.local
+		// While the backend has never reported, its counts go with the
+		// next write rather than one of their own: numbered here alone.
+		v.t.local = f.local || !b.pacing.has
 		b.ownEntry(now).InFlight++
 		if probe {
 			f.probe, f.probeAt = b.probeName(v.t), now.Add(b.lease())

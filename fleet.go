@@ -3,6 +3,7 @@ package llmretry
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -33,22 +34,25 @@ import (
 
 // fleet is a Breaker's part in the fleet; b.mu guards it.
 type fleet struct {
-	id      string      // this process's name in the state: random
-	version int64       // the store's version of the view; 0 while nothing was read
-	procs   []procEntry // the fleet's processes as last seen, this one's included
-	stale   bool        // another process may have changed the state since it was read
-	changes uint64      // the changes heard so far: a read begun before the last one is stale
-	own     int         // this process's writes whose Watch notice has not come
-	wseq    uint64      // this process's writes so far
-	carry   []change    // what this process decided that the store has not taken
-	carried uint64      // the write that last tried to take carry; 0: none has
-	local   bool        // deciding without the store: what is let through is this process's alone
-	pending []*request  // decisions waiting for the next sync
-	syncing bool        // a sync is running
-	listen  bool        // a change by another process wakes the line: load and dispatch
-	watch   func()      // stops the watch; nil while none runs
-	probe   string      // the probe this process holds, by its owner name
-	probeAt time.Time   // when that probe's lease runs out
+	id        string      // this process's name in the state: random
+	version   int64       // the store's version of the view; 0 while nothing was read
+	procs     []procEntry // the fleet's processes as last seen, this one's included
+	stale     bool        // another process may have changed the state since it was read
+	changes   uint64      // the changes heard so far: a read begun before the last one is stale
+	own       int         // this process's writes whose Watch notice has not come
+	wseq      uint64      // this process's writes so far
+	carry     []change    // what this process decided that the store has not taken
+	carried   uint64      // the write that last tried to take carry; 0: none has
+	inView    bool        // the view holds carry already: it was decided on it and not read again since
+	unwritten bool        // the view holds decisions the store may not have: a write failed, or the store did
+	local     bool        // deciding without the store: what is let through is this process's alone
+	pending   []*request  // decisions waiting for the next sync
+	syncing   bool        // a sync is running
+	listen    bool        // a change by another process wakes the line: load and dispatch
+	watch     func()      // stops the watch; nil while none runs
+	watching  bool        // the watch has begun: it hears every change from now
+	probe     string      // the probe this process holds, by its owner name
+	probeAt   time.Time   // when that probe's lease runs out
 
 	errs int64
 	down bool
@@ -75,6 +79,7 @@ type request struct {
 	v        verdict   // admit's answer
 	done     chan struct{}
 	gone     bool // the caller stopped waiting for the answer
+	why      string
 }
 
 type requestKind int
@@ -121,7 +126,7 @@ func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v ve
 	b.fleetOf()
 	b.watchAsNeeded()
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now})
+	b.await(&request{kind: toTurn, now: now, why: "wait"})
 	return w
 }
 
@@ -136,7 +141,7 @@ func (b *Breaker) fleetExpire(now time.Time, w *waiter) (verdict, bool) {
 	}
 	b.remove(w)
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now})
+	b.await(&request{kind: toTurn, now: now, why: "expire"})
 	return w.v, false
 }
 
@@ -154,7 +159,7 @@ func (b *Breaker) fleetLeave(w *waiter) {
 	if back != nil {
 		b.enqueue(back)
 	}
-	b.await(&request{kind: toTurn, now: now})
+	b.await(&request{kind: toTurn, now: now, why: "leave"})
 }
 
 // fleetObserve is observe with a Store.
@@ -167,7 +172,7 @@ func (b *Breaker) fleetTick() {
 	b.mu.Lock()
 	b.timerAt = time.Time{}
 	b.mu.Unlock()
-	b.enqueue(&request{kind: toTurn, now: time.Now()})
+	b.enqueue(&request{kind: toTurn, now: time.Now(), why: "tick"})
 }
 
 // await hands r to the next sync and waits until it is decided.
@@ -214,14 +219,22 @@ func (b *Breaker) sync(batch []*request) {
 	}
 	ctx, cancel := b.storeContext(now, batch)
 	defer cancel()
+	mustLoad := false
 	for try := 0; ; try++ {
 		b.mu.Lock()
 		f := b.fleet
-		load := f.stale || f.version == 0
+		onView := f.stale && !mustLoad && !f.unwritten && b.settledOnView(now, batch)
+		load := (f.stale && !onView) || f.version == 0
 		heard := f.changes
 		b.mu.Unlock()
 		if load {
-			dbg(b, "LOAD")
+			if debugOn {
+				kinds := ""
+				for _, r := range batch {
+					kinds += fmt.Sprint(r.kind, r.why, ",")
+				}
+				dbg(b, "LOAD %s", kinds)
+			}
 			data, ver, err := b.Store.Load(ctx, b.Key)
 			var st shared
 			if err == nil {
@@ -243,8 +256,31 @@ func (b *Breaker) sync(batch []*request) {
 		d := b.decideBatch(now, batch)
 		after := b.view()
 		var next []byte
-		changed := !sameView(before, after)
+		changed := !sameView(material(before, f.id), material(after, f.id))
+		if !changed && !sameView(before, after) {
+			// Only counts that matter once the backend reports, and how
+			// many of this process's calls wait: they go with the next
+			// write.
+			f.carry = append(f.carry, d.wrote...)
+			b.mu.Unlock()
+			b.served(nil)
+			b.deliver(batch, d, now)
+			return
+		}
+		if changed && onView {
+			// The view did not settle it after all: read, and decide again.
+			b.restore(before)
+			b.mu.Unlock()
+			mustLoad = true
+			continue
+		}
 		if changed {
+			if e := b.entry(f.id); e != nil {
+				e.Waiting = b.line.waiting() - len(d.takes)
+				if d.turn.let != nil {
+					e.Waiting--
+				}
+			}
 			bb, aa := encodeShared(&before), encodeShared(&after)
 			dbg(b, "WRITE %s\n   -> %s", bb, aa)
 			f.wseq++
@@ -252,6 +288,13 @@ func (b *Breaker) sync(batch []*request) {
 			next = encodeShared(b.viewPtr())
 		}
 		ver := f.version
+		if changed {
+			// Its notice may come before the answer: counted now, and only
+			// while a watch has begun that would hear it.
+			if f.watching {
+				f.own++
+			}
+		}
 		b.mu.Unlock()
 		if !changed {
 			b.served(nil)
@@ -266,6 +309,8 @@ func (b *Breaker) sync(batch []*request) {
 			// changed is kept to be made again unless the state shows it
 			// landed.
 			b.mu.Lock()
+			f.own = max(f.own-1, 0)
+			f.unwritten = true
 			f.carry = append(f.carry, d.wrote...)
 			f.carried = f.wseq
 			f.stale = true
@@ -276,9 +321,9 @@ func (b *Breaker) sync(batch []*request) {
 		case ok:
 			b.mu.Lock()
 			f.version = ver + 1
-			f.own++
 			f.stale = f.watch == nil || f.changes != heard
 			f.carry, f.carried = nil, 0
+			f.unwritten = false
 			f.down = false
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
@@ -290,6 +335,7 @@ func (b *Breaker) sync(batch []*request) {
 		// step; without jitter, replays of a fleet in virtual time stay
 		// identical.)
 		b.mu.Lock()
+		f.own = max(f.own-1, 0)
 		b.restore(before)
 		f.wseq--
 		f.stale = true
@@ -321,6 +367,29 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
+// settledOnView reports whether the view, stale as it may be, decides
+// batch as the fleet's state would, so that no load is worth its cost:
+// every call that asks is one the view holds back while the breaker is
+// open (until then nothing but a success sent before it opened closes it,
+// and the skip is the safe side of that), and every outcome is a success
+// of a backend closed with no failure counted that has never reported
+// (it changes nothing but counts that pace nothing yet; they go with the
+// next write). A success that would have reset failures another process
+// counted since the view was read goes unwritten: those failures count
+// across it, a breaker opened a little sooner. b.mu is held.
+func (b *Breaker) settledOnView(now time.Time, batch []*request) bool {
+	h := &b.health
+	for _, r := range batch {
+		switch {
+		case r.kind == toAdmit && r.w == nil && now.Before(h.until):
+		case r.kind == toObserve && r.o.ok && h.until.IsZero() && h.fails == 0 && !b.pacing.has && !r.t.probe:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 // storeContext bounds the store calls of a sync by StoreTimeout and by
 // the earliest deadline of the calls it decides for: no call waits for
 // the store past its deadline.
@@ -342,7 +411,7 @@ func (b *Breaker) decideLocally(now time.Time, batch []*request, err error) {
 	f := b.fleet
 	b.fail(err)
 	f.stale = true
-	f.local = true
+	f.local, f.unwritten = true, true
 	d := b.decideBatch(now, batch)
 	f.local = false
 	f.carry = append(f.carry, d.wrote...)
@@ -388,6 +457,7 @@ func (b *Breaker) adopt(st shared, ver int64, now time.Time) {
 	p.recent = recent{at: st.Recent, folded: st.Folded, foldedAt: st.FoldedAt}
 	b.line.gate = st.Gate
 	f.procs = st.Procs
+	f.inView = false
 	// Fresh until another process writes, which only a watch tells.
 	f.version, f.stale = ver, f.watch == nil
 	if f.carried != 0 {
@@ -443,6 +513,28 @@ func sameView(a, b shared) bool {
 	return string(encodeShared(&a)) == string(encodeShared(&b))
 }
 
+// material is st less what need not be written at once: the counts of
+// requests let through and back while the backend has never reported
+// (they pace nothing until it does, and go with the next write), and how
+// many calls of process id wait beyond its first (others count them only
+// to be safe).
+func material(st shared, id string) shared {
+	st.Procs = slices.Clone(st.Procs)
+	for i := range st.Procs {
+		e := &st.Procs[i]
+		if e.ID == id {
+			e.Waiting = min(e.Waiting, 1)
+		}
+		if st.Report == nil {
+			e.InFlight = 0
+		}
+	}
+	if st.Report == nil {
+		st.Admitted, st.Back, st.Recent, st.Folded, st.FoldedAt = 0, 0, nil, 0, time.Time{}
+	}
+	return st
+}
+
 // entry is the entry of process id in the view; nil when it has none.
 // b.mu is held.
 func (b *Breaker) entry(id string) *procEntry {
@@ -482,11 +574,12 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 	f := b.fleet
 	var d syncDecision
 	b.expireProcs(now)
-	if !f.local {
+	if !f.inView {
 		// What an earlier write did not get into the store.
 		for _, c := range f.carry {
 			b.apply(c)
 		}
+		f.inView = true
 	}
 	for _, r := range batch {
 		if r.kind == toObserve {
@@ -624,7 +717,7 @@ func (b *Breaker) publish(now time.Time, d syncDecision) {
 		}
 		e = b.ownEntry(now)
 	}
-	if !e.Head.Equal(head) || e.Waiting != n {
+	if !e.Head.Equal(head) || (e.Waiting == 0) != (n == 0) {
 		e.Head, e.Waiting = head, n
 		e.Lease = now.Add(b.lease())
 	}
@@ -701,11 +794,10 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 			next = b.pacing.nextChange(now)
 		default:
 			// Others ahead, waiting for answers: their turns pass at the
-			// provider's pace.
+			// provider's pace, and this line's comes no sooner. (A turn
+			// missed by waking late is not lost: the calls behind count
+			// this one ahead of them, and it goes when it wakes.)
 			next = now.Add(time.Duration(ahead) * b.pacing.pace())
-			if c := b.pacing.nextChange(now); !c.IsZero() && c.Before(next) {
-				next = c
-			}
 		}
 	}
 	dbg(b, "schedule next=%s listen=%v ahead=%d", next.Format("05.000"), f.listen, ahead)
@@ -713,15 +805,12 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 }
 
 // watchAsNeeded starts the watch of the key while this process has calls
-// waiting or requests in flight, and stops it when it has neither: a
-// view is fresh only while a watch would tell of another's change. b.mu
-// is held.
+// waiting, and stops it when it has none. Only a watch tells of
+// another's change, so without one every decision reads the state first.
+// b.mu is held.
 func (b *Breaker) watchAsNeeded() {
 	f := b.fleet
 	busy := !b.line.empty()
-	if e := b.entry(f.id); e != nil && e.InFlight > 0 {
-		busy = true
-	}
 	switch {
 	case busy && f.watch == nil:
 		ctx, cancel := context.WithCancel(context.Background())
@@ -729,7 +818,7 @@ func (b *Breaker) watchAsNeeded() {
 		go b.watchLoop(ctx)
 	case !busy && f.watch != nil:
 		f.watch()
-		f.watch = nil
+		f.watch, f.watching, f.own = nil, false, 0
 		// Unwatched, changes go unheard: read before the next decision.
 		f.stale = true
 	}
@@ -753,6 +842,11 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 		tick = t.C
 	}
 	// A change made before the watch began went unheard.
+	b.mu.Lock()
+	if b.fleet.watch != nil && ctx.Err() == nil {
+		b.fleet.watching = ch != nil
+	}
+	b.mu.Unlock()
 	b.heard(false)
 	for {
 		select {
@@ -784,6 +878,9 @@ func (b *Breaker) heard(notice bool) {
 	dbg(b, "heard notice=%v own=%d listen=%v", notice, b.fleet.own, b.fleet.listen)
 	f := b.fleet
 	if notice && f.own > 0 && !f.listen {
+		// Likely this process's own write: the view has it. A line that
+		// listens loads all the same: a notice taken for its own that was
+		// another's would leave it waiting for what it missed.
 		f.own--
 		b.mu.Unlock()
 		return
@@ -793,6 +890,6 @@ func (b *Breaker) heard(notice bool) {
 	listen := f.listen
 	b.mu.Unlock()
 	if listen {
-		b.enqueue(&request{kind: toTurn, now: time.Now()})
+		b.enqueue(&request{kind: toTurn, now: time.Now(), why: "heard"})
 	}
 }

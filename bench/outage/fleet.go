@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -61,12 +62,55 @@ func FleetStrategies(n int) []Strategy {
 // fleetOf builds n processes' chains, with breakers as mode says, their
 // Breakers sharing one store when shared is set.
 func fleetOf(n, mode int, shared bool) func(e *Env) doFunc {
+	return sharedFleetOf(n, mode, shared, StoreSetup{Latency: storeLatency}, roundRobin)
+}
+
+// StoreSetup is the store a fleet shares: what each call takes, and the
+// Breakers' StoreTimeout (0: the default).
+type StoreSetup struct {
+	Latency, Timeout time.Duration
+}
+
+// roundRobin sends caller i to process i mod n.
+func roundRobin(i, n int) int { return i % n }
+
+// skewed sends every other caller to process 0 and spreads the rest over
+// the others, as a load balancer that favours one process would.
+func skewed(i, n int) int {
+	if n == 1 || i%2 == 0 {
+		return 0
+	}
+	return 1 + (i/2)%(n-1)
+}
+
+// SharedFleet is the row of a fleet of n processes whose paced Breakers
+// share a store set up as s, callers assigned to processes round-robin,
+// or skewed (every other caller to process 0).
+func SharedFleet(n int, s StoreSetup, skew bool) Strategy {
+	assign := roundRobin
+	name := fmt.Sprintf("shared store, %v a call", s.Latency)
+	if s.Timeout > 0 {
+		name += fmt.Sprintf(", StoreTimeout %v", s.Timeout)
+	}
+	if skew {
+		assign, name = skewed, name+", skewed"
+	}
+	return Strategy{Name: name, Breaker: true, Paced: true, build: sharedFleetOf(n, pacedBreakers, true, s, assign)}
+}
+
+// sharedFleetOf builds n processes' chains, with breakers as mode says,
+// their Breakers sharing one store set up as s when shared is set, and
+// caller i going to process assign(i, n).
+func sharedFleetOf(n, mode int, shared bool, s StoreSetup, assign func(i, n int) int) func(e *Env) doFunc {
 	return func(e *Env) doFunc {
 		var store *llmretrytest.MemoryStore
 		if shared {
-			store = &llmretrytest.MemoryStore{Latency: storeLatency}
+			store = &llmretrytest.MemoryStore{Latency: s.Latency}
 			e.storeCalls = func() int64 {
 				c := store.Calls()
+				if os.Getenv("STORE_CALLS") != "" {
+					fmt.Fprintf(os.Stderr, "store calls: %+v\n", c)
+				}
 				return c.Loads + c.Swaps + c.Watches
 			}
 		}
@@ -75,12 +119,12 @@ func fleetOf(n, mode int, shared bool) func(e *Env) doFunc {
 			// A nil *Memory in the interface would be a store that is
 			// there: pass a nil interface for none.
 			if store != nil {
-				procs[i] = llmRetryChainOf(e, mode, store)
+				procs[i] = llmRetryChainOf(e, mode, store, s.Timeout)
 			} else {
-				procs[i] = llmRetryChainOf(e, mode, nil)
+				procs[i] = llmRetryChainOf(e, mode, nil, 0)
 			}
 		}
-		return func(ctx context.Context, id int) (int, error) { return procs[id%n](ctx, id) }
+		return func(ctx context.Context, id int) (int, error) { return procs[assign(id, n)](ctx, id) }
 	}
 }
 

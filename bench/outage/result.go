@@ -30,6 +30,7 @@ type Result struct {
 	Bins429   []int         // requests answered 429, per 10 s of their send
 
 	StoreCalls int64 // calls to the Breakers' shared store (fleet rows with one); 0 without
+	Late       int   // callers whose strategy returned after their deadline had passed
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -75,6 +76,9 @@ func (w *world) result(st Strategy) *Result {
 		}
 		if c.parked() {
 			r.Parked++
+		}
+		if c.deadline != 0 && c.done > c.deadline {
+			r.Late++
 		}
 	}
 	slices.Sort(times)

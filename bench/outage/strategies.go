@@ -214,13 +214,13 @@ const (
 
 // llmRetryChain builds buildLLMRetry's chain with the given breakers.
 func llmRetryChain(mode int) func(e *Env) doFunc {
-	return func(e *Env) doFunc { return llmRetryChainOf(e, mode, nil) }
+	return func(e *Env) doFunc { return llmRetryChainOf(e, mode, nil, 0) }
 }
 
 // llmRetryChainOf is llmRetryChain's chain for e; with store, its
 // Breakers keep their state there, each backend under its own key, as
 // every process of a fleet does.
-func llmRetryChainOf(e *Env, mode int, store llmretry.BreakerStore) doFunc {
+func llmRetryChainOf(e *Env, mode int, store llmretry.BreakerStore, storeTimeout time.Duration) doFunc {
 	waits := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 	call := func(b int) func(ctx context.Context, id int) (int, error) {
 		c := e.client(b, 0)
@@ -254,6 +254,7 @@ func llmRetryChainOf(e *Env, mode int, store llmretry.BreakerStore) doFunc {
 			addBreaker(&chain.Backends[i], mode == pacedBreakers)
 			if store != nil {
 				chain.Backends[i].Breaker.Store, chain.Backends[i].Breaker.Key = store, chain.Backends[i].Model
+				chain.Backends[i].Breaker.StoreTimeout = storeTimeout
 			}
 		}
 	}
