@@ -31,7 +31,7 @@ type Attempt struct {
 	Elapsed    time.Duration // how long the backend's Call took; for a skip, how long the call waited for the breaker in vain
 	RetryAfter time.Duration // the server's retry-after hint, 0 if none; kept even when too long to honour
 	Next       Next          // what the chain did next; empty for a success
-	Why        Why           // why the backend was not retried; empty when Next is NextRetry, and for a success
+	Why        Why           // why the backend was not retried; empty when Next is NextRetry (but for a wait for pacing, Why paced), and for a success
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
 	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
@@ -72,7 +72,7 @@ const (
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
 	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
-	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
+	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, waited for in vain or past the bound (see Breaker), or waited for and then sent (Next retry)
 	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
 )
 

@@ -199,6 +199,15 @@ func (b *Breaker) openPast(t time.Time) bool {
 	return b.health.until.After(t)
 }
 
+// callBounds is what of a Do bounds a Breaker's work for it: the
+// backend's Policy MaxWait, which caps what an outcome asks the backend
+// to wait (non-positive: no cap), and the call's deadline, which bounds
+// the store calls made for it (zero: none).
+type callBounds struct {
+	maxWait  time.Duration
+	deadline time.Time
+}
+
 // verdict is a breaker's answer to a call that wants to send.
 type verdict struct {
 	pass   bool      // send now, with ticket t
@@ -320,9 +329,9 @@ func (b *Breaker) answer(now time.Time, w *waiter) (v verdict, take bool) {
 // closed when the call is let through ([Breaker.claim]) or dismissed
 // (its turn cannot come by end, or, for a call waiting only for its
 // turn, the breaker stopped letting the line go).
-func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time) *waiter {
 	if b.Store != nil {
-		return b.fleetWait(now, w, start, end, v)
+		return b.fleetWait(now, w, start, end, v, deadline)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -361,10 +370,10 @@ func (b *Breaker) claim(w *waiter) (verdict, bool) {
 
 // expire ends the wait of w at now, the end of its bound: it is let
 // through if its turn came at this very instant, and otherwise leaves the
-// line, with what held it back.
-func (b *Breaker) expire(now time.Time, w *waiter) (verdict, bool) {
+// line, with what held it back. deadline is the call's (zero: none).
+func (b *Breaker) expire(now time.Time, w *waiter, deadline time.Time) (verdict, bool) {
 	if b.Store != nil {
-		return b.fleetExpire(now, w)
+		return b.fleetExpire(now, w, deadline)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -380,13 +389,14 @@ func (b *Breaker) expire(now time.Time, w *waiter) (verdict, bool) {
 
 // leave takes w out of line: its call gave up, or went elsewhere. An
 // admission it was given and did not claim goes back, as a request that
-// said nothing about the backend. A nil w is no call.
-func (b *Breaker) leave(w *waiter) {
+// said nothing about the backend. A nil w is no call. deadline is the
+// call's (zero: none).
+func (b *Breaker) leave(w *waiter, deadline time.Time) {
 	if w == nil {
 		return
 	}
 	if b.Store != nil {
-		b.fleetLeave(w)
+		b.fleetLeave(w, deadline)
 		return
 	}
 	b.mu.Lock()
@@ -422,12 +432,11 @@ func (b *Breaker) join(start, ready time.Time) *waiter {
 }
 
 // observe records how an attempt the breaker let through with ticket t
-// went, o, at now; maxWait is the backend's Policy MaxWait, which caps
-// what o asks the backend to wait (non-positive: no cap).
-func (b *Breaker) observe(now time.Time, t ticket, o outcome, maxWait time.Duration) {
-	o.capWaits(now, maxWait)
+// went, o, at now; cb is what of the call bounds it.
+func (b *Breaker) observe(now time.Time, t ticket, o outcome, cb callBounds) {
+	o.capWaits(now, cb.maxWait)
 	if b.Store != nil {
-		b.fleetObserve(now, t, o)
+		b.fleetObserve(now, t, o, cb.deadline)
 		return
 	}
 	b.mu.Lock()

@@ -457,7 +457,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 	// it left them: len(Waits) bounds its retries in the call.
 	for try := sentTo(r.attempts, bi) + 1; ; try++ {
 		if err := r.ctx.Err(); err != nil {
-			b.Breaker.leave(line)
+			b.Breaker.leave(line, r.deadline())
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
@@ -468,7 +468,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			// breaker: send nothing, and give the probe, if it was one, to
 			// the next call.
 			if b.Breaker != nil {
-				b.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait(&b.Retry))
+				b.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
 			}
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
@@ -531,7 +531,7 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t 
 		if !finished {
 			// Nothing was learned, but a probe must not hold the breaker
 			// half-open for good.
-			br.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait(&b.Retry))
+			br.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
 		}
 	}()
 	resp, a, end := r.send(b, bi, try, req)
@@ -543,7 +543,7 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t 
 		// report, if it made one, is as good as any.
 		o.ok, o.kind, o.hint = false, KindCancelled, 0
 	}
-	br.observe(end.at, t, o, maxWait(&b.Retry))
+	br.observe(end.at, t, o, r.boundsOf(&b.Retry))
 	return resp, a, end
 }
 
@@ -630,8 +630,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		return t, skip, true
 	}
 	now := r.now()
-	deadline, _ := r.ctx.Deadline()
-	v := br.admit(now, line, deadline)
+	v := br.admit(now, line, r.deadline())
 	if v.pass {
 		return v.t, skip, true
 	}
@@ -644,14 +643,14 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		if !v.turn {
 			var ok bool
 			if began, end, skip, ok = r.bound(b, bi, try, now, v); !ok {
-				br.leave(line)
+				br.leave(line, r.deadline())
 				return t, skip, false
 			}
 			held = v
 		} else {
 			end = now.Add(maxOpen) // its turn comes a handOff after the call ahead of it
 		}
-		w := br.wait(now, line, r.start, end, v)
+		w := br.wait(now, line, r.start, end, v, r.deadline())
 		line = w
 		timer := time.NewTimer(end.Sub(now))
 		var (
@@ -662,22 +661,22 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		case <-w.done:
 			got, sent = br.claim(w)
 		case <-timer.C:
-			got, sent = br.expire(time.Now(), w)
+			got, sent = br.expire(time.Now(), w, r.deadline())
 		case <-r.ctx.Done():
 			if time.Now().Before(end) {
 				timer.Stop()
-				br.leave(w)
+				br.leave(w, r.deadline())
 				return t, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
 			}
 			// At the bound itself the breaker decides, whichever timer
 			// fired first.
-			got, sent = br.expire(time.Now(), w)
+			got, sent = br.expire(time.Now(), w, r.deadline())
 		}
 		timer.Stop()
 		now = r.now()
 		if sent {
 			if !began.IsZero() {
-				r.handLetThrough(br, got.t, maxWait(&b.Retry), r.waited(b, bi, try, began, now, held))
+				r.handLetThrough(br, got.t, r.boundsOf(&b.Retry), r.waited(b, bi, try, began, now, held))
 			}
 			return got.t, skip, true
 		}
@@ -740,11 +739,11 @@ func whyHeld(v verdict) Why {
 // sent, and a panic there must not leave the breaker half-open for good,
 // with no probe in flight to end it, nor count a request in flight that
 // never went.
-func (r *run[Req, Resp]) handLetThrough(br *Breaker, t ticket, maxWait time.Duration, a Attempt) {
+func (r *run[Req, Resp]) handLetThrough(br *Breaker, t ticket, cb callBounds, a Attempt) {
 	handed := false
 	defer func() {
 		if !handed {
-			br.observe(time.Now(), t, outcome{kind: KindCancelled}, maxWait)
+			br.observe(time.Now(), t, outcome{kind: KindCancelled}, cb)
 		}
 	}()
 	r.hand(a)
@@ -815,6 +814,11 @@ func (r *run[Req, Resp]) waited(b *Backend[Req, Resp], bi, try int, began, now t
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Kind: v.kind,
 		Start: began, Skipped: true, Next: NextRetry, RetryIn: now.Sub(began),
+	}
+	if v.paced {
+		// Held by the provider's rate limits, not by a failure: the
+		// record says so, though the request did go.
+		a.Why = WhyPaced
 	}
 	if !v.until.IsZero() {
 		a.RetryAfter = max(v.until.Sub(began), 0)
@@ -992,6 +996,18 @@ func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Dura
 	return w, ""
 }
 
+// deadline is the caller's deadline; zero when it has none.
+func (r *run[Req, Resp]) deadline() time.Time {
+	d, _ := r.ctx.Deadline()
+	return d
+}
+
+// boundsOf is what of the call bounds a Breaker's work for it, on a
+// backend with policy p.
+func (r *run[Req, Resp]) boundsOf(p *Policy) callBounds {
+	return callBounds{maxWait: maxWait(p), deadline: r.deadline()}
+}
+
 // maxWait is the longest retry-after hint p honours; non-positive means
 // no cap.
 func maxWait(p *Policy) time.Duration {
@@ -1061,7 +1077,7 @@ func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*waiter, Why) 
 	defer t.Stop()
 	select {
 	case <-r.ctx.Done():
-		b.Breaker.leave(line)
+		b.Breaker.leave(line, r.deadline())
 		return nil, whyCtx(r.ctx.Err())
 	case <-t.C:
 		return line, ""

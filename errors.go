@@ -375,7 +375,7 @@ func seen(attempts []Attempt) (truncated, timedOut bool) {
 // why the chain stopped retrying. A TimedOut with no record ran out of
 // time before its first attempt.
 func lever(what string, attempts []Attempt) string {
-	var delivered, deadline, reserve, maxWait, breaker bool
+	var delivered, deadline, reserve, maxWait, breaker, paced bool
 	truncated, timedOut := seen(attempts)
 	for i := range attempts {
 		switch attempts[i].Why {
@@ -389,6 +389,8 @@ func lever(what string, attempts []Attempt) string {
 			maxWait = true
 		case WhyBreaker:
 			breaker = true
+		case WhyPaced:
+			paced = paced || attempts[i].Next != NextRetry
 		}
 	}
 	if delivered {
@@ -420,6 +422,9 @@ func lever(what string, attempts []Attempt) string {
 	}
 	if breaker {
 		levers = append(levers, "backends were skipped while their breakers were open")
+	}
+	if paced {
+		levers = append(levers, "the providers' rate limits held requests back longer than the waits allowed (Policy.MaxWait, Policy.Reserve, the deadline): add capacity, or a backend with its own")
 	}
 	if len(levers) == 0 && allRequestRefused(attempts) {
 		if anyStatus(attempts, http.StatusTooManyRequests) {

@@ -44,6 +44,7 @@ type FleetState struct {
 	// Read only: the requests let through, those in flight, and the
 	// calls waiting, in every process.
 	Admitted uint64
+	Back     uint64
 	InFlight int64
 	Waiting  int
 }
@@ -51,7 +52,7 @@ type FleetState struct {
 // DecodeFleetState reads a stored state.
 func DecodeFleetState(data []byte) (FleetState, error) {
 	st, err := decodeShared(data)
-	fs := FleetState{st.Fails, st.Until, st.Kind, st.Hinted, st.Opened, st.ProbeOwner, st.ProbeUntil, st.Admitted, 0, 0}
+	fs := FleetState{st.Fails, st.Until, st.Kind, st.Hinted, st.Opened, st.ProbeOwner, st.ProbeUntil, st.Admitted, st.Back, 0, 0}
 	for _, e := range st.Procs {
 		fs.InFlight += e.InFlight
 		fs.Waiting += e.Waiting

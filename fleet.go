@@ -114,25 +114,27 @@ func (b *Breaker) probeExpiry() time.Time {
 // fleetAdmit is admit with a Store.
 func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time) verdict {
 	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline}
-	b.await(r)
+	if !b.await(r) {
+		return verdict{} // its deadline came first: held back, which the call then finds
+	}
 	return r.v
 }
 
 // fleetWait is wait with a Store: the call stands in this process's
 // line, and the fleet's through this process's entry.
-func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time) *waiter {
 	b.mu.Lock()
 	w = b.stand(now, w, start, end, v)
 	b.fleetOf()
 	b.watchAsNeeded()
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, why: "wait"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "wait"})
 	return w
 }
 
 // fleetExpire is expire with a Store: the call goes if it was let
 // through in time, and otherwise leaves.
-func (b *Breaker) fleetExpire(now time.Time, w *waiter) (verdict, bool) {
+func (b *Breaker) fleetExpire(now time.Time, w *waiter, deadline time.Time) (verdict, bool) {
 	b.mu.Lock()
 	if w.granted {
 		w.granted = false
@@ -141,30 +143,30 @@ func (b *Breaker) fleetExpire(now time.Time, w *waiter) (verdict, bool) {
 	}
 	b.remove(w)
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, why: "expire"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "expire"})
 	return w.v, false
 }
 
 // fleetLeave is leave with a Store.
-func (b *Breaker) fleetLeave(w *waiter) {
+func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 	now := time.Now()
 	b.mu.Lock()
 	var back *request
 	if w.granted {
 		w.granted = false
-		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}}
+		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}, deadline: deadline}
 	}
 	b.remove(w)
 	b.mu.Unlock()
 	if back != nil {
 		b.enqueue(back)
 	}
-	b.await(&request{kind: toTurn, now: now, why: "leave"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "leave"})
 }
 
 // fleetObserve is observe with a Store.
-func (b *Breaker) fleetObserve(now time.Time, t ticket, o outcome) {
-	b.await(&request{kind: toObserve, now: now, t: t, o: o})
+func (b *Breaker) fleetObserve(now time.Time, t ticket, o outcome, deadline time.Time) {
+	b.await(&request{kind: toObserve, now: now, t: t, o: o, deadline: deadline})
 }
 
 // fleetTick is tick with a Store.
@@ -175,11 +177,49 @@ func (b *Breaker) fleetTick() {
 	b.enqueue(&request{kind: toTurn, now: time.Now(), why: "tick"})
 }
 
-// await hands r to the next sync and waits until it is decided.
-func (b *Breaker) await(r *request) {
+// await hands r to the next sync and waits until it is decided, or
+// until its deadline: no call waits for the store past its deadline. It
+// reports whether r was decided by a sync; otherwise r was decided here,
+// on the view, or, already in a sync, is abandoned (gone): what the sync
+// lets through for it goes back.
+func (b *Breaker) await(r *request) bool {
 	r.done = make(chan struct{})
 	b.enqueue(r)
-	<-r.done
+	if r.deadline.IsZero() {
+		<-r.done
+		return true
+	}
+	t := time.NewTimer(time.Until(r.deadline))
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return true
+	case <-t.C:
+	}
+	b.mu.Lock()
+	f := b.fleet
+	select {
+	case <-r.done:
+		b.mu.Unlock()
+		return true
+	default:
+	}
+	if i := slices.Index(f.pending, r); i >= 0 {
+		// No sync has taken it: decided here, on the view, and written
+		// with the next write.
+		f.pending = slices.Delete(f.pending, i, i+1)
+		now := time.Now()
+		f.local, f.unwritten = true, true
+		d := b.decideBatch(now, []*request{r})
+		f.local = false
+		f.carry = append(f.carry, d.wrote...)
+		b.mu.Unlock()
+		b.deliver([]*request{r}, d, now)
+		return true
+	}
+	r.gone = true
+	b.mu.Unlock()
+	return false
 }
 
 // enqueue hands r to the next sync, starting one when none runs.

@@ -317,7 +317,7 @@ func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
 	}
 	b := &Breaker{}
 	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
-	b.observe(p0, own.t, outcome{kind: KindTransient, rep: rep, hasRep: true}, 30*time.Second)
+	b.observe(p0, own.t, outcome{kind: KindTransient, rep: rep, hasRep: true}, callBounds{maxWait: 30 * time.Second})
 	if got := b.State().NextAdmission; got.After(p0.Add(30 * time.Second)) {
 		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))
 	}
