@@ -2,6 +2,7 @@ package llmretry_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -99,5 +100,40 @@ func TestDoSuccessAllocationsUnderDeadline(t *testing.T) {
 	})
 	if allocs > 1 {
 		t.Errorf("Do() made %v allocations, want at most 1", allocs)
+	}
+}
+
+// ReportLimits, which every adapter calls with every response, allocates
+// at most twice, with a Breaker or without.
+func TestReportLimitsAllocations(t *testing.T) {
+	openai := http.Header{}
+	openai.Set("X-Ratelimit-Limit-Requests", "500")
+	openai.Set("X-Ratelimit-Remaining-Requests", "499")
+	openai.Set("X-Ratelimit-Reset-Requests", "120ms")
+	openai.Set("X-Ratelimit-Limit-Tokens", "30000")
+	openai.Set("X-Ratelimit-Remaining-Tokens", "29000")
+	openai.Set("X-Ratelimit-Reset-Tokens", "2s")
+	anthropic := http.Header{}
+	for _, b := range []string{"requests", "tokens", "input-tokens", "output-tokens"} {
+		anthropic.Set("anthropic-ratelimit-"+b+"-limit", "1000")
+		anthropic.Set("anthropic-ratelimit-"+b+"-remaining", "999")
+		anthropic.Set("anthropic-ratelimit-"+b+"-reset", "2026-12-02T04:30:01Z")
+	}
+	anthropic.Set("Retry-After", "3")
+	for _, br := range []*llmretry.Breaker{nil, {}} {
+		for name, h := range map[string]http.Header{"openai": openai, "anthropic": anthropic} {
+			var allocs float64
+			call := func(ctx context.Context, _ string) (string, error) {
+				allocs = testing.AllocsPerRun(100, func() { llmretry.ReportLimits(ctx, h) })
+				return "ok", nil
+			}
+			c := &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+			if _, err := c.Do(context.Background(), "r"); err != nil {
+				t.Fatal(err)
+			}
+			if allocs > 2 {
+				t.Errorf("ReportLimits(%s headers, breaker %v) allocates %v times, want at most 2", name, br != nil, allocs)
+			}
+		}
 	}
 }

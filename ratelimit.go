@@ -118,10 +118,10 @@ func parseLimits(h http.Header, sent, read time.Time) (limitReport, bool) {
 	if d, ok := ParseRetryAfter(h, read); ok && d <= maxReset {
 		r.retryAt = read.Add(d)
 	}
-	r.requests = tighter(openAIReading(h, "requests", read), anthropicReading(h, "requests", read))
-	r.tokens = tighter(openAIReading(h, "tokens", read), anthropicReading(h, "tokens", read))
-	r.inputTokens = anthropicReading(h, "input-tokens", read)
-	r.outputTokens = anthropicReading(h, "output-tokens", read)
+	r.requests = tighter(openAIReading(h, openAIRequests, read), anthropicReading(h, anthropicRequests, read))
+	r.tokens = tighter(openAIReading(h, openAITokens, read), anthropicReading(h, anthropicTokens, read))
+	r.inputTokens = anthropicReading(h, anthropicInputTokens, read)
+	r.outputTokens = anthropicReading(h, anthropicOutputTokens, read)
 	if r.requests.known {
 		r.requests.next = later(r.requests.next, r.retryAt)
 	}
@@ -129,22 +129,34 @@ func parseLimits(h http.Header, sent, read time.Time) (limitReport, bool) {
 	return r, ok
 }
 
-// openAIReading reads OpenAI's (and Azure OpenAI's) headers for bucket
-// ("requests" or "tokens"): x-ratelimit-{limit,remaining,reset}-<bucket>,
-// the reset a duration from read.
-func openAIReading(h http.Header, bucket string, read time.Time) bucketReading {
-	reset, hasReset := parseResetDuration(h.Get("X-Ratelimit-Reset-" + bucket))
-	return newReading(h.Get("X-Ratelimit-Limit-"+bucket), h.Get("X-Ratelimit-Remaining-"+bucket), reset, hasReset, read)
+// bucketKeys are the header keys of one bucket's reading, written in
+// canonical form so that reading them allocates nothing: every adapter
+// reads every response.
+type bucketKeys struct{ limit, remaining, reset string }
+
+var (
+	openAIRequests        = bucketKeys{"X-Ratelimit-Limit-Requests", "X-Ratelimit-Remaining-Requests", "X-Ratelimit-Reset-Requests"}
+	openAITokens          = bucketKeys{"X-Ratelimit-Limit-Tokens", "X-Ratelimit-Remaining-Tokens", "X-Ratelimit-Reset-Tokens"}
+	anthropicRequests     = bucketKeys{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"}
+	anthropicTokens       = bucketKeys{"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"}
+	anthropicInputTokens  = bucketKeys{"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"}
+	anthropicOutputTokens = bucketKeys{"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"}
+)
+
+// openAIReading reads one bucket's OpenAI (and Azure OpenAI) headers,
+// x-ratelimit-{limit,remaining,reset}-<bucket>, the reset a duration from
+// read.
+func openAIReading(h http.Header, k bucketKeys, read time.Time) bucketReading {
+	reset, hasReset := parseResetDuration(h.Get(k.reset))
+	return newReading(h.Get(k.limit), h.Get(k.remaining), reset, hasReset, read)
 }
 
-// anthropicReading reads Anthropic's headers for bucket ("requests",
-// "tokens", "input-tokens" or "output-tokens"):
+// anthropicReading reads one bucket's Anthropic headers,
 // anthropic-ratelimit-<bucket>-{limit,remaining,reset}, the reset an
 // RFC 3339 time.
-func anthropicReading(h http.Header, bucket string, read time.Time) bucketReading {
-	prefix := "Anthropic-Ratelimit-" + bucket + "-"
-	reset, hasReset := parseResetTime(h.Get(prefix+"Reset"), read)
-	return newReading(h.Get(prefix+"Limit"), h.Get(prefix+"Remaining"), reset, hasReset, read)
+func anthropicReading(h http.Header, k bucketKeys, read time.Time) bucketReading {
+	reset, hasReset := parseResetTime(h.Get(k.reset), read)
+	return newReading(h.Get(k.limit), h.Get(k.remaining), reset, hasReset, read)
 }
 
 // newReading builds a reading from a bucket's raw limit and remaining and
