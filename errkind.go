@@ -254,10 +254,10 @@ func ParseRetryAfter(h http.Header, now time.Time) (time.Duration, bool) {
 	if h == nil {
 		return 0, false
 	}
-	if d, ok := parseAmount(h.Get("Retry-After-Ms"), time.Millisecond); ok {
+	if d, ok := parseAmount(headerValue(h, "Retry-After-Ms"), time.Millisecond); ok {
 		return d, true
 	}
-	v := strings.TrimSpace(h.Get("Retry-After"))
+	v := strings.TrimSpace(headerValue(h, "Retry-After"))
 	if v == "" {
 		return 0, false
 	}

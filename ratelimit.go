@@ -147,16 +147,26 @@ var (
 // x-ratelimit-{limit,remaining,reset}-<bucket>, the reset a duration from
 // read.
 func openAIReading(h http.Header, k bucketKeys, read time.Time) bucketReading {
-	reset, hasReset := parseResetDuration(h.Get(k.reset))
-	return newReading(h.Get(k.limit), h.Get(k.remaining), reset, hasReset, read)
+	reset, hasReset := parseResetDuration(headerValue(h, k.reset))
+	return newReading(headerValue(h, k.limit), headerValue(h, k.remaining), reset, hasReset, read)
 }
 
 // anthropicReading reads one bucket's Anthropic headers,
 // anthropic-ratelimit-<bucket>-{limit,remaining,reset}, the reset an
 // RFC 3339 time.
 func anthropicReading(h http.Header, k bucketKeys, read time.Time) bucketReading {
-	reset, hasReset := parseResetTime(h.Get(k.reset), read)
-	return newReading(h.Get(k.limit), h.Get(k.remaining), reset, hasReset, read)
+	reset, hasReset := parseResetTime(headerValue(h, k.reset), read)
+	return newReading(headerValue(h, k.limit), headerValue(h, k.remaining), reset, hasReset, read)
+}
+
+// headerValue is h.Get(key) for a key already in canonical form, without
+// canonicalizing it again: that check, on every key of every response,
+// was most of what reading the headers cost.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // newReading builds a reading from a bucket's raw limit and remaining and
