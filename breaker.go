@@ -514,11 +514,22 @@ func (b *Breaker) carryOut(p lineTurn) {
 	}
 }
 
-// dispatch gives the line its turn at now, carries it out, and sets the
-// timer for the next time that can change anything. b.mu is held.
+// dispatch gives the line its turn at now, carries it out, ends the
+// waits whose bound has come, and sets the timer for the next time that
+// can change anything. b.mu is held.
 func (b *Breaker) dispatch(now time.Time) {
 	b.carryOut(b.turn(now))
+	b.endWaits(now)
 	b.schedule(now)
+}
+
+// endWaits dismisses the waiting calls whose bound has come by now, once
+// the line has had its turn at now: the Breaker keeps their bounds, so
+// that a waiting call needs no timer of its own. b.mu is held.
+func (b *Breaker) endWaits(now time.Time) {
+	for w := b.line.ends.min(); w != nil && !w.end.After(now); w = b.line.ends.min() {
+		b.over(w)
+	}
 }
 
 // dismissals are the calls that cannot be let through in time, v being
@@ -559,20 +570,31 @@ func (b *Breaker) schedule(now time.Time) {
 		return
 	}
 	var next time.Time
+	if w := b.line.ends.min(); w != nil {
+		next = w.end
+	}
 	if b.line.first() != nil {
 		h := &b.health
 		switch {
 		case now.Before(b.line.gate):
-			next = b.line.gate
+			next = earliest(next, b.line.gate)
 		case now.Before(h.until):
-			next = h.until
+			next = earliest(next, h.until)
 		case !h.until.IsZero():
 			// Half-open with a probe in flight: its outcome wakes the line.
 		case !b.NoPacing:
-			next = b.pacing.nextChange(now)
+			next = earliest(next, b.pacing.nextChange(now))
 		}
 	}
 	b.setTimer(now, next)
+}
+
+// earliest is the earlier of two times, the zero time standing for none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 // setTimer makes the timer fire at next, or stops it when next is zero;
@@ -581,6 +603,7 @@ func (b *Breaker) setTimer(now, next time.Time) {
 	if next.Equal(b.timerAt) {
 		return
 	}
+	earlier := !b.timerAt.IsZero() && next.Before(b.timerAt)
 	b.timerAt = next
 	if next.IsZero() {
 		if b.timer != nil {
@@ -588,7 +611,14 @@ func (b *Breaker) setTimer(now, next time.Time) {
 		}
 		return
 	}
-	if b.timer == nil {
+	if b.timer == nil || earlier {
+		// A timer moved earlier makes the runtime look through every
+		// timer of its P the next time it checks them (the calls' own
+		// timers among them), so a new one is made instead: the old,
+		// stopped, is dropped in bulk.
+		if b.timer != nil {
+			b.timer.Stop()
+		}
 		b.timer = time.AfterFunc(next.Sub(now), b.tick)
 		return
 	}

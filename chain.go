@@ -652,7 +652,9 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		}
 		w := br.wait(now, line, r.start, end, v, r.deadline())
 		line = w
-		timer := time.NewTimer(end.Sub(now))
+		// The breaker ends the wait: it lets the call through, or
+		// dismisses it when its turn cannot come by end (at end itself
+		// at the latest).
 		var (
 			got  verdict
 			sent bool
@@ -660,11 +662,8 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		select {
 		case <-w.done:
 			got, sent = br.claim(w)
-		case <-timer.C:
-			got, sent = br.expire(time.Now(), w, r.deadline())
 		case <-r.ctx.Done():
 			if time.Now().Before(end) {
-				timer.Stop()
 				br.leave(w, r.deadline())
 				return t, r.skip(b, bi, try, began, time.Now(), held, NextStop, whyCtx(r.ctx.Err())), false
 			}
@@ -672,7 +671,9 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 			// fired first.
 			got, sent = br.expire(time.Now(), w, r.deadline())
 		}
-		timer.Stop()
+		if !sent {
+			br.leave(w, r.deadline()) // with a Store, out of the fleet's line too
+		}
 		now = r.now()
 		if sent {
 			if !began.IsZero() {

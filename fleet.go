@@ -778,6 +778,7 @@ func (b *Breaker) deliver(batch []*request, d syncDecision, now time.Time) {
 	for _, w := range d.takes {
 		b.remove(w)
 	}
+	b.endWaits(now)
 	for _, r := range batch {
 		if r.done == nil {
 			continue
@@ -803,7 +804,11 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 	w := b.line.first()
 	f.listen = false
 	if w == nil {
-		b.setTimer(now, time.Time{})
+		var next time.Time
+		if e := b.line.ends.min(); e != nil {
+			next = e.end
+		}
+		b.setTimer(now, next)
 		return
 	}
 	ahead := b.othersAhead(w.start)
@@ -841,6 +846,9 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 		}
 	}
 	dbg(b, "schedule next=%s listen=%v ahead=%d", next.Format("05.000"), f.listen, ahead)
+	if e := b.line.ends.min(); e != nil {
+		next = earliest(next, e.end)
+	}
 	b.setTimer(now, next)
 }
 

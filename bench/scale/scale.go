@@ -212,6 +212,51 @@ func StoreWaiting(t *testing.T, n int) Result {
 	})
 }
 
+// StoreClosing is DrainClosing over four processes sharing a store at
+// 1 ms a call; the figure is the store's loads per waiting call.
+func StoreClosing(t *testing.T, n int) Result {
+	return run(t, "store, closing, 4 processes", n, func(r *Result) {
+		var answered, sent atomic.Int64
+		var down atomic.Bool
+		down.Store(true)
+		store := &llmretrytest.MemoryStore{Latency: time.Millisecond}
+		call := func(ctx context.Context, _ int) (string, error) {
+			sent.Add(1)
+			if down.Load() {
+				return "", llmretry.StatusFailure(http.StatusServiceUnavailable, nil, nil)
+			}
+			time.Sleep(100 * time.Millisecond)
+			return "ok", nil
+		}
+		chains := make([]*llmretry.Chain[int, string], 4)
+		for p := range chains {
+			chains[p] = &llmretry.Chain[int, string]{Backends: []llmretry.Backend[int, string]{{
+				Model: "m", Call: call,
+				Retry:   llmretry.Policy{Waits: []time.Duration{time.Minute, time.Minute}},
+				Breaker: &llmretry.Breaker{Cooldown: 10 * time.Second, Store: store, Key: "m"},
+			}}}
+		}
+		for range 5 {
+			chains[0].Do(context.Background(), -1) // opens it for the fleet
+		}
+		down.Store(false)
+		before := store.Calls()
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				time.Sleep(time.Duration(i) * time.Second / time.Duration(n))
+				if _, err := chains[i%4].Do(context.Background(), i); err == nil {
+					answered.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		c := store.Calls()
+		r.Answered, r.Sent = int(answered.Load()), sent.Load()
+		r.Loads, r.Swaps = c.Loads-before.Loads, c.Swaps-before.Swaps
+	})
+}
+
 // pacedDrain plays n calls over procs processes (each with a Breaker of
 // its own, sharing a store of the given latency when procs > 1) against
 // a bucket of 100 requests a second.
