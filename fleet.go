@@ -733,6 +733,19 @@ func (b *Breaker) othersAhead(start time.Time) int {
 	return n
 }
 
+// processesAhead is how many other processes' lines have a first call
+// begun before start. b.mu is held.
+func (b *Breaker) processesAhead(start time.Time) int {
+	f := b.fleet
+	n := 0
+	for _, e := range f.procs {
+		if e.ID != f.id && !e.Head.IsZero() && e.Waiting > 0 && (e.Head.Before(start) || (e.Head.Equal(start) && e.ID < f.id)) {
+			n++
+		}
+	}
+	return n
+}
+
 // maxTime is later than any call's start.
 var maxTime = time.Unix(1<<62, 0)
 
@@ -838,11 +851,12 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 			f.listen = true
 			next = b.pacing.nextChange(now)
 		default:
-			// Others ahead, waiting for answers: their turns pass at the
-			// provider's pace, and this line's comes no sooner. (A turn
+			// Other processes' lines ahead, waiting for answers: each
+			// lets a call go at the provider's pace, so this line's turn
+			// comes no sooner than one pace for each of them. (A turn
 			// missed by waking late is not lost: the calls behind count
 			// this one ahead of them, and it goes when it wakes.)
-			next = now.Add(time.Duration(ahead) * b.pacing.pace())
+			next = now.Add(time.Duration(max(b.processesAhead(w.start), 1)) * b.pacing.pace())
 		}
 	}
 	dbg(b, "schedule next=%s listen=%v ahead=%d", next.Format("05.000"), f.listen, ahead)
