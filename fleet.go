@@ -3,7 +3,6 @@ package llmretry
 import (
 	"cmp"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -79,7 +78,6 @@ type request struct {
 	v        verdict   // admit's answer
 	done     chan struct{}
 	gone     bool // the caller stopped waiting for the answer
-	why      string
 }
 
 type requestKind int
@@ -128,7 +126,7 @@ func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v ve
 	b.fleetOf()
 	b.watchAsNeeded()
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "wait"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline})
 	return w
 }
 
@@ -143,7 +141,7 @@ func (b *Breaker) fleetExpire(now time.Time, w *waiter, deadline time.Time) (ver
 	}
 	b.remove(w)
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "expire"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline})
 	return w.v, false
 }
 
@@ -161,7 +159,7 @@ func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 	if back != nil {
 		b.enqueue(back)
 	}
-	b.await(&request{kind: toTurn, now: now, deadline: deadline, why: "leave"})
+	b.await(&request{kind: toTurn, now: now, deadline: deadline})
 }
 
 // fleetObserve is observe with a Store.
@@ -174,7 +172,7 @@ func (b *Breaker) fleetTick() {
 	b.mu.Lock()
 	b.timerAt = time.Time{}
 	b.mu.Unlock()
-	b.enqueue(&request{kind: toTurn, now: time.Now(), why: "tick"})
+	b.enqueue(&request{kind: toTurn, now: time.Now()})
 }
 
 // await hands r to the next sync and waits until it is decided, or
@@ -268,13 +266,6 @@ func (b *Breaker) sync(batch []*request) {
 		heard := f.changes
 		b.mu.Unlock()
 		if load {
-			if debugOn {
-				kinds := ""
-				for _, r := range batch {
-					kinds += fmt.Sprint(r.kind, r.why, ",")
-				}
-				dbg(b, "LOAD %s", kinds)
-			}
 			data, ver, err := b.Store.Load(ctx, b.Key)
 			var st shared
 			if err == nil {
@@ -321,8 +312,6 @@ func (b *Breaker) sync(batch []*request) {
 					e.Waiting--
 				}
 			}
-			bb, aa := encodeShared(&before), encodeShared(&after)
-			dbg(b, "WRITE %s\n   -> %s", bb, aa)
 			f.wseq++
 			b.ownEntry(now).Wseq = f.wseq
 			next = encodeShared(b.viewPtr())
@@ -656,15 +645,6 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 		}
 	}
 	b.publish(now, d)
-	for _, r := range batch {
-		if r.kind == toAdmit {
-			dbg(b, "admit w=%p -> pass=%v turn=%v paced=%v until=%v", r.w, r.v.pass, r.v.turn, r.v.paced, r.v.until.Format("05.000"))
-		}
-	}
-	if d.turn.let != nil {
-		dbg(b, "turn lets %p", d.turn.let)
-	}
-	dbg(b, "batch %d: waiting=%d first=%p others=%d S=%d R=%d inflight=%d gate=%s", len(batch), b.line.waiting(), b.line.first(), b.othersAhead(maxTime), b.pacing.sentSince(), b.pacing.report.requests.remaining, b.pacing.inFlight(), b.line.gate.Format("05.000"))
 	return d
 }
 
@@ -859,7 +839,6 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 			next = now.Add(time.Duration(max(b.processesAhead(w.start), 1)) * b.pacing.pace())
 		}
 	}
-	dbg(b, "schedule next=%s listen=%v ahead=%d", next.Format("05.000"), f.listen, ahead)
 	if e := b.line.ends.min(); e != nil {
 		next = earliest(next, e.end)
 	}
@@ -937,7 +916,6 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 // turn.
 func (b *Breaker) heard(notice bool) {
 	b.mu.Lock()
-	dbg(b, "heard notice=%v own=%d listen=%v", notice, b.fleet.own, b.fleet.listen)
 	f := b.fleet
 	if notice && f.own > 0 && !f.listen {
 		// Likely this process's own write: the view has it. A line that
@@ -952,6 +930,6 @@ func (b *Breaker) heard(notice bool) {
 	listen := f.listen
 	b.mu.Unlock()
 	if listen {
-		b.enqueue(&request{kind: toTurn, now: time.Now(), why: "heard"})
+		b.enqueue(&request{kind: toTurn, now: time.Now()})
 	}
 }

@@ -3,6 +3,8 @@ package outage
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +75,12 @@ func TestFleetStoreMatrix(t *testing.T) {
 		}
 	}
 	t.Log("\n" + table.String())
+	if *update {
+		md := "Written by `cd bench && go test ./outage -run TestFleetStoreMatrix -matrix -update`: the shared-store rows of rate-limit, failover-overload and hard-down, seed 1, over fleets of 4 and 16 processes, for three stores (in memory, each call taking the latency shown) and two ways of assigning callers to processes (round-robin, and skewed: every other caller to process 0). Store calls per request sent counts every Load, CompareAndSwap and Watch of the run over the requests that reached a provider.\n\n" + table.String()
+		if err := os.WriteFile(filepath.Join("results", "fleet-matrix.md"), []byte(md), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // matrixTargets are the targets a shared row misses.
