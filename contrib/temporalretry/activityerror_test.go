@@ -36,9 +36,9 @@ func TestActivityErrorMapping(t *testing.T) {
 		wantRetryable bool
 	}{
 		{
-			name:        "truncated",
-			backends:    one(fail(llmretry.Truncation("The answer was"))),
-			wantType:    temporalretry.TypeTruncated, wantNonRetry: true,
+			name:     "truncated",
+			backends: one(fail(llmretry.Truncation("The answer was"))),
+			wantType: temporalretry.TypeTruncated, wantNonRetry: true,
 			wantOutcome: "truncated",
 		},
 		{
@@ -53,15 +53,15 @@ func TestActivityErrorMapping(t *testing.T) {
 			wantOutcome: "exhausted",
 		},
 		{
-			name:        "retry_after",
-			backends:    one(status(429, "30")),
-			wantType:    temporalretry.TypeExhausted, wantDelay: 30 * time.Second,
+			name:     "retry_after",
+			backends: one(status(429, "30")),
+			wantType: temporalretry.TypeExhausted, wantDelay: 30 * time.Second,
 			wantOutcome: "exhausted", wantRetryable: true,
 		},
 		{
-			name:        "retry_after_past_the_cap",
-			backends:    one(status(429, "86400")),
-			wantType:    temporalretry.TypeExhausted, wantDelay: temporalretry.MaxRetryDelay,
+			name:     "retry_after_past_the_cap",
+			backends: one(status(429, "86400")),
+			wantType: temporalretry.TypeExhausted, wantDelay: temporalretry.MaxRetryDelay,
 			wantOutcome: "exhausted", wantRetryable: true,
 		},
 		{
