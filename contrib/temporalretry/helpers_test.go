@@ -227,6 +227,9 @@ func workflowEnv(t *testing.T, b *beats) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quiet)
 	env := s.NewTestWorkflowEnvironment()
+	// The environment's idle timeout is in real time, which synctest makes
+	// virtual: an activity that waits a minute must not end the test.
+	env.SetTestTimeout(time.Hour)
 	if b != nil {
 		b.t = t
 		env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{b}})
