@@ -7,7 +7,6 @@ import (
 	"reflect"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/llmretry/llmretry"
@@ -73,11 +72,11 @@ func ActivityError(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	run := 1
-	if activity.IsActivity(ctx) {
-		run = int(activity.GetInfo(ctx).Attempt)
+	runs := EarlierRuns(ctx)
+	if runs.Run == 0 {
+		runs = Runs{Run: 1, Earlier: []json.RawMessage{}} // not an activity's context: as a first run
 	}
-	return activityError(ctx, err, resumeFrom(ctx, run).runs)
+	return activityError(ctx, err, runs)
 }
 
 // activityError is ActivityError with the runs before this one known.
@@ -147,7 +146,7 @@ func outcomeOf(err error) (o outcome, typ string, ok bool) {
 // give other causes, and Temporal takes a cancelled result from the
 // activity only when it asked for it.
 func cancelledByTemporal(ctx context.Context) bool {
-	return errors.Is(ctx.Err(), context.Canceled) && temporal.IsCanceledError(context.Cause(ctx))
+	return ctx != nil && errors.Is(ctx.Err(), context.Canceled) && temporal.IsCanceledError(context.Cause(ctx))
 }
 
 // retryDelay is err's retry-after advice, at most MaxRetryDelay; 0 when

@@ -119,7 +119,18 @@ func (b *beater) tick() {
 func (b *beater) ended(record json.RawMessage) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.send(ledger{V: ledgerVersion, Runs: b.runs, Record: record, Ended: true}, time.Now())
+	ctx := b.ctx
+	if ctx.Err() != nil {
+		// The SDK sends a heartbeat under the context it is given, and the
+		// activity's is done (a worker shutting down, mostly): the run's
+		// own record would be lost, and the next run would read the guess
+		// of its last heartbeat instead. The SDK bounds the send itself.
+		// Should it keep the details for later, past the run's end, they
+		// are lost all the same, and the guess stands.
+		ctx = context.WithoutCancel(ctx)
+	}
+	activity.RecordHeartbeat(ctx, ledger{V: ledgerVersion, Runs: b.runs, Record: record, Ended: true})
+	b.last = time.Now()
 }
 
 // run ticks every b.every until stop is closed.

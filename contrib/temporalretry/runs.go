@@ -41,6 +41,20 @@ type Runs struct {
 	Omitted int `json:"omitted"`
 }
 
+// EarlierRuns returns what the activity attempt whose context ctx is
+// knows of the runs before it, from the heartbeat details that [Do]
+// recorded in them: Run is this run's number, and Earlier and Omitted the
+// runs before it. A run that succeeds after others failed can log or bill
+// what they cost with it (each record's attempts carry their usage). It
+// is what [ActivityError] puts in a failure's details. Outside an
+// activity it returns the zero Runs.
+func EarlierRuns(ctx context.Context) Runs {
+	if ctx == nil || !activity.IsActivity(ctx) {
+		return Runs{}
+	}
+	return resumeFrom(ctx, int(activity.GetInfo(ctx).Attempt)).runs
+}
+
 // then returns what the next run knows: r, with the record of run r.Run
 // appended to Earlier, the oldest dropped past the bound.
 func (r Runs) then(record json.RawMessage) Runs {
