@@ -341,4 +341,3 @@ func checkAccounted(t *testing.T, o outcome, reqs []llmretrytest.Request, rs []r
 		t.Errorf("%s: the records know %d runs, %d of them omitted, and hold %d earlier; the workers ran %d", o.ID, runs, omitted, len(earlier), len(rs))
 	}
 }
-
