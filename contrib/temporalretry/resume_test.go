@@ -215,3 +215,46 @@ func TestNextRunWaitsOutTheRetryAfter(t *testing.T) {
 		}
 	})
 }
+
+// A run that succeeds after others failed reads their records with
+// EarlierRuns; outside an activity it is the zero Runs.
+func TestEarlierRunsAfterSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake(status(503, ""), status(429, ""), answer("ok"))
+		c := &chain{Backends: []backend{{Model: "a", Call: f.call}}}
+		var got temporalretry.Runs
+		item := func(ctx context.Context) (string, error) {
+			answer, err := temporalretry.Do(ctx, c, "hi")
+			if err == nil {
+				got = temporalretry.EarlierRuns(ctx)
+			}
+			return answer, err
+		}
+		wf := func(ctx workflow.Context) error {
+			ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{StartToCloseTimeout: time.Minute, RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}})
+			return workflow.ExecuteActivity(ctx, "item").Get(ctx, nil)
+		}
+		env := workflowEnv(t, nil)
+		env.RegisterActivityWithOptions(item, activity.RegisterOptions{Name: "item"})
+		env.RegisterWorkflow(wf)
+		env.ExecuteWorkflow(wf)
+		if err := env.GetWorkflowError(); err != nil {
+			t.Fatalf("workflow: %v", err)
+		}
+		var statuses []int
+		for _, e := range got.Earlier {
+			for _, a := range decodeRecord(t, e).Attempts {
+				statuses = append(statuses, a.Status)
+			}
+		}
+		if got.Run != 3 || got.Omitted != 0 {
+			t.Errorf("EarlierRuns() = run %d, omitted %d; want run 3, omitted 0", got.Run, got.Omitted)
+		}
+		if diff := cmp.Diff([]int{503, 429}, statuses); diff != "" {
+			t.Errorf("earlier runs' statuses (-want +got):\n%s", diff)
+		}
+	})
+	if got := temporalretry.EarlierRuns(context.Background()); got.Run != 0 || len(got.Earlier) != 0 {
+		t.Errorf("EarlierRuns(context.Background()) = %+v, want the zero Runs", got)
+	}
+}
