@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
-	"go.temporal.io/sdk/workflow"
 
 	"github.com/llmretry/llmretry/batch"
 	"github.com/llmretry/llmretry/llmretrytest"
@@ -97,17 +95,7 @@ func TestTemporalOutage(t *testing.T) {
 	runs := &runLog{changed: changed}
 	dead := &deadLog{changed: changed}
 	chain := newItemChain(srv.OpenAIBaseURL())
-	newWorker := func(name string) worker.Worker {
-		w := worker.New(c, queue, worker.Options{Identity: name, WorkerStopTimeout: 300 * time.Millisecond})
-		a := &acts{worker: name, chain: chain, runs: runs, dead: dead}
-		w.RegisterWorkflowWithOptions(itemsWorkflow, workflow.RegisterOptions{Name: "items"})
-		w.RegisterActivityWithOptions(a.item, activity.RegisterOptions{Name: "item"})
-		w.RegisterActivityWithOptions(a.deadLetter, activity.RegisterOptions{Name: "dead_letter"})
-		if err := w.Start(); err != nil {
-			t.Fatalf("starting %s: %v", name, err)
-		}
-		return w
-	}
+	newWorker := func(name string) worker.Worker { return newTestWorker(t, c, queue, name, chain, runs, dead) }
 	a := newWorker("worker-a")
 	aStopped := false
 	t.Cleanup(func() {
