@@ -85,7 +85,9 @@
 // gives each request a context of its own before it is sent (a trace
 // span, for the HTTP client's spans to hang under), and [Chain.WrapDo]
 // runs around each Do. contrib/otelretry uses them to trace and measure a
-// chain with OpenTelemetry in one call.
+// chain with OpenTelemetry in one call. [OnProgress] tells code around a
+// chain of each Delivered and Progress call, for a heartbeat that must
+// know a stream is alive.
 //
 // # Secrets
 //
