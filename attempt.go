@@ -70,7 +70,7 @@ const (
 	WhyDelivered    Why = "delivered"     // output had reached the caller: nothing may be resent
 	WhyDeadline     Why = "deadline"      // the caller's deadline passed
 	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
-	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
+	WhyNested       Why = "nested"        // the chain runs under another chain's attempt that may be retried (its backend has Waits, or its chain is nested so; see Chain.Do), so it makes one attempt per backend
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
 	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, waited for in vain or past the bound (see Breaker), or waited for and then sent (Next retry)
 	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)

@@ -76,18 +76,23 @@ func (s *stallTimer) stop() {
 // restarts the attempt's [Backend.StallTimeout]. In nested chains it marks
 // every enclosing chain's attempt too, up to a [Standalone] context. With
 // a context that is not an attempt's, Delivered does nothing. It is safe
-// to call from any goroutine, and as often as needed.
+// to call from any goroutine, and as often as needed. A hook set with
+// [OnProgress] hears of each call.
 func Delivered(ctx context.Context) {
 	if ctx == nil {
 		return
 	}
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	if a == nil {
+		return
+	}
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}
 	}
+	progressed(ctx)
 }
 
 // Progress tells the chain that the attempt running under ctx is making
@@ -100,16 +105,21 @@ func Delivered(ctx context.Context) {
 // every enclosing chain's attempt's timer too, up to a [Standalone]
 // context. With a context that is not an attempt's, Progress does
 // nothing. It is safe to call from any goroutine, and as often as needed.
+// A hook set with [OnProgress] hears of each call.
 func Progress(ctx context.Context) {
 	if ctx == nil {
 		return
 	}
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
+	if a == nil {
+		return
+	}
 	for ; a != nil; a = a.parent {
 		if a.stall != nil {
 			a.stall.touch()
 		}
 	}
+	progressed(ctx)
 }
 
 // ReportLimits tells the chain what a response's header h says of the

@@ -354,18 +354,24 @@ func modelName(model string) string {
 // is set up wrong returns the [ErrConfig] error of [Chain.Validate] before
 // any backend is called.
 //
-// Do run by a backend of another chain that retries (a nested chain) makes
-// one attempt per backend and never waits, so retries do not multiply;
-// see [Standalone] for a chain that should retry on its own. An inner
+// Do called under the context an attempt of another chain gave its
+// backend's Call (a nested chain) makes one attempt per backend and never
+// waits, with Why [WhyNested], when that attempt may be retried: its
+// backend's Retry has Waits, or its chain is itself nested so. The
+// enclosing chain then owns the retries, so they do not multiply. Under an
+// attempt whose backend has no Waits and whose chain is not nested so, or
+// under a [Standalone] context, Do retries by its own policies. An inner
 // chain's error is recorded in the outer attempt with the Kind that the
 // outer chain's Classify gives it ([Classify] when nil).
 //
-// Do runs the backends and OnAttempt on the calling goroutine and starts
+// Do runs the backends and OnAttempt on the calling goroutine. It starts
 // no goroutine of its own (the timers of Timeout and StallTimeout run
-// their callbacks as timers do); it stops every timer it starts before it
-// returns. A success without Timeout, StallTimeout or Breaker reads the
-// clock twice and allocates once, for the attempt's context. With
-// [Chain.WrapDo] set, the call runs inside it.
+// their callbacks as timers do), except that a [Breaker] with a Store may
+// call its store and watch it on goroutines of its own while calls use
+// it. Do stops every timer it starts before it returns. A success without
+// Timeout, StallTimeout or Breaker reads the clock twice and allocates
+// once, for the attempt's context. With [Chain.WrapDo] set, the call runs
+// inside it.
 func (c *Chain[Req, Resp]) Do(ctx context.Context, req Req) (Resp, error) {
 	if c != nil && c.WrapDo != nil {
 		return c.WrapDo(ctx, func(ctx context.Context) (Resp, error) { return c.do(ctx, req) })

@@ -24,7 +24,7 @@ type visit struct {
 	Why     llmretry.Why
 }
 
-// Which skipped backends a call comes back to, as doc.go says: those
+// Which skipped backends a call comes back to, as Backend.Breaker says: those
 // after which every backend failed for a reason about the request, a
 // backend whose retry was put off for its breaker among them; a failure
 // for a backend's health rules out those skipped before it, not those

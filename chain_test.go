@@ -462,6 +462,27 @@ func TestDoNestedChainOnlyOuterRetries(t *testing.T) {
 	}
 }
 
+// Nesting passes through a chain whose own backend has no Waits: under an
+// outer attempt that may be retried, the middle chain makes one attempt
+// per backend, so its attempts may be retried too (by the outer chain),
+// and the innermost chain makes one attempt per backend as well.
+func TestDoNestedTwoDeepOnlyOuterRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFake("a", always(busy("busy")))
+		inner := &chain{Backends: []backend{{Model: "inner", Call: a.Call, Retry: waits(10*ms, 20*ms)}}}
+		middle := &chain{Backends: []backend{{Model: "middle", Call: inner.Do}}}
+		outer := &chain{Backends: []backend{{Model: "outer", Call: middle.Do, Retry: waits(10*ms, 20*ms)}}}
+
+		_, err := outer.Do(context.Background(), "hi")
+		if diff := cmp.Diff([]time.Duration{0, 10 * ms, 30 * ms}, a.times()); diff != "" {
+			t.Errorf("calls of the real backend (-want +got):\n%s", diff)
+		}
+		if got := len(exhausted(t, err)); got != 3 {
+			t.Errorf("outer len(Attempts) = %d, want 3", got)
+		}
+	})
+}
+
 func TestDoNestedChainAttemptRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()

@@ -305,9 +305,9 @@ func allDigits(s string) bool {
 
 // Failure is what a backend returns to say how it failed and what the
 // model produced, so the chain can decide without guessing from text.
-// Backends build one with [StatusFailure], [Truncation] or [ParseFailure],
-// or as a literal. Wrapping a Failure with %w keeps it visible to the
-// chain.
+// Backends build one with [StatusFailure], [Truncation], [ParseFailure]
+// or [Refusal], or as a literal. Wrapping a Failure with %w keeps it
+// visible to the chain.
 type Failure struct {
 	Kind       Kind          // how it failed; decides retry and fail-over
 	Status     int           // HTTP status, 0 if none

@@ -233,14 +233,14 @@ func (mc *mcall) play() {
 // reason about the request. With commit, it also marks them as come back
 // to, since the call comes back to each at most once.
 //
-// SETTLED: doc.go says a skipped backend is come back to "when every
+// SETTLED: Backend.Breaker says a skipped backend is come back to "when every
 // backend after it failed for a reason about the request", that a backend
 // skipped too does not count against it, that a skipped last backend ends
 // the call, and that the call comes back to every such backend in chain
 // order, at most once each.
 func (mc *mcall) comeBacks(cur int, k llmretry.Kind, curSkipped, commit bool) []int {
 	// "The backends to come back to are chosen once, when the call has
-	// been through the whole chain" (doc.go).
+	// been through the whole chain" (Backend.Breaker).
 	if mc.chosen || curSkipped || !aboutRequest(k) {
 		return nil
 	}
@@ -401,7 +401,8 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 		// "A skip has the Try its request would have had" (Attempt.Try):
 		// it sent nothing, so the come-back's request has that Try. A
 		// backend come back to after sending goes on with its tries and
-		// waits ("len(Waits) bounds its retries in the call", doc.go).
+		// waits ("going on with their tries and waits where they left
+		// them", Backend.Breaker).
 		mc.tries[b]--
 	}
 	for mc.m.tie == "" {
@@ -898,7 +899,7 @@ func (mc *mcall) exhaust() {
 }
 
 // retryItemAfter is the advice of an Exhausted or TimedOut as Do returns
-// (doc.go, "Advice for orchestrators"; Exhausted.ItemRetryAfter): "when
+// (Exhausted.ItemRetryAfter): "when
 // every backend's last attempt carried a retry-after hint (or was skipped
 // by a breaker that half-opens at a known time), the time from now until
 // the soonest of them"; "0 when a backend gave no hint or the moment has
@@ -1094,8 +1095,8 @@ type upAttempt struct {
 
 // deliveredUp passes a delivery at t up to the enclosing attempts: "In
 // nested chains it marks every enclosing chain's attempt too, up to a
-// Standalone context" (Delivered), and "each Delivered also restarts the
-// backend's StallTimeout" (doc.go), so the enclosing attempts' stall ends,
+// Standalone context", and "which also restarts the attempt's
+// Backend.StallTimeout" (both Delivered), so the enclosing attempts' stall ends,
 // which cancel the contexts of the chains inside them, move.
 func (mc *mcall) deliveredUp(t time.Duration) {
 	for c := mc; c.encl != nil && !c.alone; c = c.encl.chain {
@@ -1264,7 +1265,7 @@ func (mc *mcall) nestAttempt(db drawBackend, br *mbreaker, n *nestCfg, timeoutAt
 }
 
 // capRaw is the raw text a record keeps: "at most Chain.MaxRawText bytes
-// of it, 64 KiB by default, the cut marked" (doc.go); "longer output is
+// of it, 64 KiB by default, the cut marked"; "longer output is
 // cut at a character boundary and marked with " [llmretry: N bytes cut]".
 // 0 means DefaultMaxRawText; negative means no limit" (Chain.MaxRawText).
 // N is taken to count the bytes left out, and the mark to come on top of

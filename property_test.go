@@ -132,7 +132,7 @@ type pstep struct {
 	nest     *nestCfg        // when set, the Call runs this inner chain and returns what it gives
 
 	// What the documentation says the error is, written down by the
-	// generator from the tables in doc.go and errkind's doc comments (not
+	// generator from errkind's doc comments (not
 	// by asking Classify), for the model.
 	kind   llmretry.Kind
 	status int
@@ -576,7 +576,7 @@ func genStep(r *rand.Rand, label string, nesting, inner bool) pstep {
 		// The header overrides the status: "true" asks for a retry,
 		// "false" refuses one, anything else says nothing.
 		// AMBIGUOUS: StatusFailure's doc says the header overrides
-		// ClassifyStatus but not with which Kinds; the Kinds doc.go
+		// ClassifyStatus but not with which Kinds; the Kinds ClassifyStatus
 		// gives a retried and a refused HTTP error are transient and
 		// rejected, and StatusFailure does so.
 		switch should {

@@ -2,6 +2,8 @@ package llmretry_test
 
 import (
 	"os"
+	"path"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -31,5 +33,48 @@ func TestREADMEHandlerCompiles(t *testing.T) {
 	}
 	if !strings.Contains(string(example), block) {
 		t.Errorf("the README's handler is not in example_httpstatus_test.go as written:\n%s", block)
+	}
+}
+
+// The README's go get lines offer exactly the modules RELEASING.md's table
+// tags, at the table's version: a module the README offers and a release
+// does not tag is one no user can install (.ci/outside-user installs the
+// README's lines from a proxy that serves only the table), and a module
+// tagged but never offered is one no user hears of.
+func TestREADMEOffersWhatIsReleased(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	releasing, err := os.ReadFile("RELEASING.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A row of RELEASING.md's table, as .ci/published reads it.
+	row := regexp.MustCompile("(?m)^\\| *`(github\\.com/llmretry/llmretry[^`]*)` *\\| *`([^`]*)` *\\|")
+	tagged := map[string]string{} // module path: the version its tag names
+	for _, m := range row.FindAllStringSubmatch(string(releasing), -1) {
+		tagged[m[1]] = path.Base(m[2]) // "v0.1.0" of "contrib/x/v0.1.0"
+	}
+	if len(tagged) == 0 {
+		t.Fatal("RELEASING.md has no row | `github.com/llmretry/llmretry...` | `TAG` |")
+	}
+	get := regexp.MustCompile(`(?m)^go get (\S+)@(\S+)`)
+	offered := map[string]bool{}
+	for _, m := range get.FindAllStringSubmatch(string(readme), -1) {
+		module, version := m[1], m[2]
+		offered[module] = true
+		want, ok := tagged[module]
+		switch {
+		case !ok:
+			t.Errorf("README.md: go get %s@%s, but RELEASING.md does not tag %s", module, version, module)
+		case version != want:
+			t.Errorf("README.md: go get %s@%s, but RELEASING.md tags it at %s", module, version, want)
+		}
+	}
+	for module := range tagged {
+		if !offered[module] {
+			t.Errorf("RELEASING.md tags %s, but README.md has no go get line for it", module)
+		}
 	}
 }

@@ -28,6 +28,12 @@ import (
 // hides too much rather than too little: "invalid bearer token" becomes
 // "invalid bearer REDACTED".
 //
+// Everything this package renders from an error or a record passes
+// through Redact: the texts, JSON and slog values of the chain's errors
+// and of an [Attempt], its error and its raw output wherever they are
+// written. The fields themselves, such as Attempt.Err and Attempt.RawText,
+// keep what the backend gave.
+//
 // Redact is idempotent (Redact(Redact(s)) == Redact(s)), accepts any
 // input, invalid UTF-8 included, without panicking, and is safe for
 // concurrent use. Text in which none of these forms occurs comes back as
