@@ -826,10 +826,9 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 		case !until.IsZero():
 			next = until
 		case ahead == 0:
-			// The fleet's first, waiting for an answer: any write may
-			// bring it.
-			f.listen = true
-			next = b.pacing.nextChange(now)
+			// The fleet's first, waiting for an answer: the provider's
+			// pace says when the next is due.
+			next = now.Add(b.pacing.pace())
 		default:
 			// Other processes' lines ahead, waiting for answers: each
 			// lets a call go at the provider's pace, so this line's turn
