@@ -38,7 +38,6 @@ type fleet struct {
 	procs     []procEntry // the fleet's processes as last seen, this one's included
 	stale     bool        // another process may have changed the state since it was read
 	changes   uint64      // the changes heard so far: a read begun before the last one is stale
-	own       int         // this process's writes whose Watch notice has not come
 	wseq      uint64      // this process's writes so far
 	carry     []change    // what this process decided that the store has not taken
 	carried   uint64      // the write that last tried to take carry; 0: none has
@@ -49,7 +48,6 @@ type fleet struct {
 	syncing   bool        // a sync is running
 	listen    bool        // a change by another process wakes the line: load and dispatch
 	watch     func()      // stops the watch; nil while none runs
-	watching  bool        // the watch has begun: it hears every change from now
 	probe     string      // the probe this process holds, by its owner name
 	probeAt   time.Time   // when that probe's lease runs out
 
@@ -317,13 +315,6 @@ func (b *Breaker) sync(batch []*request) {
 			next = encodeShared(b.viewPtr())
 		}
 		ver := f.version
-		if changed {
-			// Its notice may come before the answer: counted now, and only
-			// while a watch has begun that would hear it.
-			if f.watching {
-				f.own++
-			}
-		}
 		b.mu.Unlock()
 		if !changed {
 			b.served(nil)
@@ -338,7 +329,6 @@ func (b *Breaker) sync(batch []*request) {
 			// changed is kept to be made again unless the state shows it
 			// landed.
 			b.mu.Lock()
-			f.own = max(f.own-1, 0)
 			f.unwritten = true
 			f.carry = append(f.carry, d.wrote...)
 			f.carried = f.wseq
@@ -364,7 +354,6 @@ func (b *Breaker) sync(batch []*request) {
 		// step; without jitter, replays of a fleet in virtual time stay
 		// identical.)
 		b.mu.Lock()
-		f.own = max(f.own-1, 0)
 		b.restore(before)
 		f.wseq--
 		f.stale = true
@@ -858,7 +847,7 @@ func (b *Breaker) watchAsNeeded() {
 		go b.watchLoop(ctx)
 	case !busy && f.watch != nil:
 		f.watch()
-		f.watch, f.watching, f.own = nil, false, 0
+		f.watch = nil
 		// Unwatched, changes go unheard: read before the next decision.
 		f.stale = true
 	}
@@ -882,12 +871,7 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 		tick = t.C
 	}
 	// A change made before the watch began went unheard.
-	b.mu.Lock()
-	if b.fleet.watch != nil && ctx.Err() == nil {
-		b.fleet.watching = ch != nil
-	}
-	b.mu.Unlock()
-	b.heard(false)
+	b.heard()
 	for {
 		select {
 		case <-ctx.Done():
@@ -902,28 +886,21 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 				}
 				continue
 			}
-			b.heard(true)
+			b.heard()
 		case <-tick:
-			b.heard(false)
+			b.heard()
 		}
 	}
 }
 
-// heard records a change of the state: one of this process's own writes
-// when notice is set and such a notice is due, and otherwise another's,
-// which makes the view stale and, when the line listens, gives it its
-// turn.
-func (b *Breaker) heard(notice bool) {
+// heard records a change of the state, which makes the view stale and,
+// when the line listens, gives it its turn. Any notice counts, this
+// process's own writes' included: one taken for its own that was
+// another's would leave the view taken as fresh while it is not, and
+// waiting calls deciding on it.
+func (b *Breaker) heard() {
 	b.mu.Lock()
 	f := b.fleet
-	if notice && f.own > 0 && !f.listen {
-		// Likely this process's own write: the view has it. A line that
-		// listens loads all the same: a notice taken for its own that was
-		// another's would leave it waiting for what it missed.
-		f.own--
-		b.mu.Unlock()
-		return
-	}
 	f.stale = true
 	f.changes++
 	listen := f.listen

@@ -6,7 +6,9 @@
 #
 #	export LLMRETRY_TEMPORAL_ADDR="$(bash .ci/temporal.sh)"
 #
-# `bash .ci/temporal.sh stop` stops the server this script started.
+# `bash .ci/temporal.sh stop` stops the server this script started, and
+# `bash .ci/temporal.sh build` only builds the CLI (.ci/run starts that
+# first, in the background, so that the build overlaps the other checks).
 # Everything else goes to stderr, so the address can be captured. (Run it,
 # do not source it: it sets -euo pipefail for itself.)
 #
@@ -68,6 +70,9 @@ if [ ! -x "$bin" ]; then
 	# `go install pkg@version` would refuse or apply to the CLI's build.
 	(cd / && GOBIN="$dir/$version" GOFLAGS= GOWORK=off go install "github.com/temporalio/cli/cmd/temporal@$version") >&2
 	log "built $bin in $(since "$started")s"
+fi
+if [ "${1:-}" = build ]; then
+	exit 0
 fi
 
 # healthy reports whether the server serves, with the namespace "default"
