@@ -26,14 +26,14 @@
 //	CREATE TABLE IF NOT EXISTS llmretry_breaker (
 //		key        text        PRIMARY KEY,
 //		version    bigint      NOT NULL,
-//		state      jsonb       NOT NULL,
+//		state      bytea       NOT NULL,
 //		updated_at timestamptz NOT NULL DEFAULT now()
 //	)
 //
 // One row per backend key: the name every process gives the same
 // deployment. The version counts the row's writes; the state is the
-// core's, as JSON, so that it can be read with psql
-// (SELECT key, version, state FROM llmretry_breaker). The table lives in
+// core's bytes, kept as the core gave them: their format is the core's
+// own, and this package reads nothing of them. The table lives in
 // the first schema of the connections' search_path. Rows are never
 // deleted: a key no process uses any more is one small row.
 //

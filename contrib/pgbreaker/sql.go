@@ -12,15 +12,37 @@ import (
 // The statements, written out whole so that the package docs can quote
 // them and a DBA can read what runs. Each is one round trip.
 const (
+	// lockSQL serialises every Migrate of the database: two sessions
+	// that create one table at once both find it missing, and the second
+	// fails on the catalog's unique index (pg_type) instead of finding
+	// it there. The lock is a transaction's, so it goes with the
+	// transaction, also when the session dies. Its key is the ASCII
+	// bytes of "llmretry" read as one big-endian bigint.
+	lockSQL = `SELECT pg_advisory_xact_lock(7812731383617434745)`
+
 	// schemaSQL creates the table; it is safe to run again. The version
 	// counts the writes to a row, so that a write can say which state
-	// it replaces (compare-and-swap); the state is the core's, as JSON.
+	// it replaces (compare-and-swap); the state is the core's bytes, as
+	// the core gave them.
 	schemaSQL = `CREATE TABLE IF NOT EXISTS llmretry_breaker (
 	key        text        PRIMARY KEY,
 	version    bigint      NOT NULL,
-	state      jsonb       NOT NULL,
+	state      bytea       NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
 )`
+
+	// columnSQL reads the type of the state column of the table that
+	// the statements reach (the first on the search_path): jsonb in a
+	// table that version 0.1.0 made.
+	columnSQL = `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT attisdropped`
+
+	// convertSQL turns a 0.1.0 table's JSON states into bytes: the JSON
+	// text, which the core reads as a state of its first format and
+	// starts afresh from, as from a new row. The rows keep their
+	// versions, so a 0.1.0 process still running loses its next
+	// compare-and-swap only if another process wrote in between.
+	convertSQL = `ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')`
 
 	// loadSQL reads one backend's row; no row is version 0.
 	loadSQL = `SELECT version, state FROM llmretry_breaker WHERE key = $1`
@@ -51,11 +73,36 @@ SELECT pg_notify('` + channel + `', w.key) FROM w, nosync`
 )
 
 // Migrate creates the table the store keeps its rows in, if it does not
-// exist yet (see the package docs for its schema). It is idempotent:
-// run it at every start of every process, or once from a deploy step.
-// The error, if any, is the database's, wrapped.
+// exist yet, and converts a table made by version 0.1.0 of this package,
+// whose states were JSON, to the bytes this version keeps (see the
+// package docs for the schema). It is idempotent and safe to run from
+// any number of processes at once: each takes the same advisory lock
+// for its one transaction, so they run one after another. Run it at
+// every start of every process, or once from a deploy step. The error,
+// if any, is the database's, wrapped, or says that the table has a state
+// column of a type this package does not keep.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockSQL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+			return err
+		}
+		var typ string
+		if err := tx.QueryRow(ctx, columnSQL).Scan(&typ); err != nil {
+			return fmt.Errorf("reading the type of column state: %w", err)
+		}
+		switch typ {
+		case "bytea":
+			return nil
+		case "jsonb":
+			_, err := tx.Exec(ctx, convertSQL)
+			return err
+		}
+		return fmt.Errorf("column state of llmretry_breaker is %s, want bytea (or jsonb, to convert)", typ)
+	})
+	if err != nil {
 		return fmt.Errorf("pgbreaker: migrate: %w", err)
 	}
 	return nil

@@ -2,7 +2,6 @@ package pgbreaker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -37,23 +36,21 @@ func New(pool *pgxpool.Pool) *Store {
 // with it; Load and CompareAndSwap still run after it, Watch fails.
 func (s *Store) Close() { s.l.close() }
 
-// Load returns the state stored for key and its version: the zero state
-// and version 0 when the key has no row. It runs one SELECT, bounded by
-// ctx; an error is the database's, or the stored state's that does not
-// decode, wrapped.
-func (s *Store) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
-	version, raw, err := load(ctx, s.pool, key)
+// Load returns the state stored for key, as the bytes written, and its
+// version: nil and version 0 when the key has no row. It runs one
+// SELECT, bounded by ctx; an error is the database's, wrapped.
+func (s *Store) Load(ctx context.Context, key string) ([]byte, int64, error) {
+	version, state, err := load(ctx, s.pool, key)
 	if err != nil {
-		return llmretry.SharedState{}, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
+		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
 	}
-	var st llmretry.SharedState
 	if version == 0 {
-		return st, 0, nil
+		return nil, 0, nil
 	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return llmretry.SharedState{}, 0, fmt.Errorf("pgbreaker: load %q: state at version %d: %w", key, version, err)
+	if state == nil {
+		state = []byte{} // a row holds bytes, if none: only no row is nil
 	}
-	return st, version, nil
+	return state, version, nil
 }
 
 // CompareAndSwap stores next for key, as version+1, only if the row is
@@ -61,13 +58,13 @@ func (s *Store) Load(ctx context.Context, key string) (llmretry.SharedState, int
 // listening process, all in one statement bounded by ctx. It reports
 // false, with a nil error, when another write came first. An error is the
 // database's, wrapped: the write may or may not have happened (a timeout
-// can come after the commit), which the Breaker's next Load tells.
-func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
-	raw, err := json.Marshal(next)
-	if err != nil {
-		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
+// can come after the commit), which the Breaker's next Load tells. It
+// keeps no reference to next.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
+	if next == nil {
+		next = []byte{} // pgx sends a nil slice as NULL, and the column holds bytes
 	}
-	ok, err := swap(ctx, s.pool, key, version, raw)
+	ok, err := swap(ctx, s.pool, key, version, next)
 	if err != nil {
 		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
 	}

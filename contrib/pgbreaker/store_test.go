@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmretry/llmretry"
@@ -45,46 +45,12 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
-func TestCompareAndSwap(t *testing.T) {
+// The store keeps the contract every Breaker relies on, checked by the
+// core's own conformance suite on a real database.
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_cas"))
-	ctx, key := t.Context(), testKey(t)
-	until := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
-
-	st, v, err := s.Load(ctx, key)
-	if err != nil || v != 0 || !cmp.Equal(st, llmretry.SharedState{}) {
-		t.Fatalf("Load() of a new key = %+v, %d, %v; want the zero state, 0, nil", st, v, err)
-	}
-	first := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 2}
-	second := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 3, Until: until, Kind: llmretry.KindTransient, Opened: 1,
-		Report: &llmretry.SharedReport{Sent: until, Read: until, Requests: llmretry.SharedBucket{Known: true, Limit: 8, Remaining: 3, Reset: 375 * time.Millisecond}},
-		Admits: []llmretry.SharedAdmission{{At: until, Seq: 7}}, AdmitSeq: 7}
-	tests := []struct {
-		name    string
-		version int64
-		next    llmretry.SharedState
-		want    bool
-	}{
-		{"first_write", 0, first, true},
-		{"lost_to_the_first", 0, second, false},
-		{"stale_version", 2, second, false},
-		{"next_write", 1, second, true},
-		{"after_it", 1, first, false},
-	}
-	for _, tc := range tests {
-		// In order, not parallel: each case writes on the last.
-		ok, err := s.CompareAndSwap(ctx, key, tc.version, tc.next)
-		if err != nil || ok != tc.want {
-			t.Errorf("%s: CompareAndSwap(version %d) = %v, %v; want %v, nil", tc.name, tc.version, ok, err, tc.want)
-		}
-	}
-	st, v, err = s.Load(ctx, key)
-	if err != nil || v != 2 {
-		t.Fatalf("Load() = version %d, %v; want 2, nil", v, err)
-	}
-	if diff := cmp.Diff(second, st); diff != "" {
-		t.Errorf("Load() state mismatch (-want +got):\n%s", diff)
-	}
+	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_conformance"))
+	llmretrytest.TestBreakerStore(t, testKey(t), func() llmretry.BreakerStore { return s })
 }
 
 // Writers in two processes (two pools), each loading, adding one and
@@ -111,8 +77,8 @@ func TestCompareAndSwapRace(t *testing.T) {
 						errs <- err
 						return
 					}
-					st.Format, st.Failures = llmretry.SharedFormat, st.Failures+1
-					ok, err := s.CompareAndSwap(ctx, key, v, st)
+					n, _ := strconv.Atoi(string(st)) // the state is a count, in decimal; no row is 0
+					ok, err := s.CompareAndSwap(ctx, key, v, []byte(strconv.Itoa(n+1)))
 					if err != nil {
 						errs <- err
 						return
@@ -130,8 +96,8 @@ func TestCompareAndSwapRace(t *testing.T) {
 		t.Fatalf("Load or CompareAndSwap = %v", err)
 	}
 	st, v, err := a.Load(ctx, key)
-	if err != nil || st.Failures != writers*each || v != writers*each {
-		t.Errorf("Load() = Failures %d, version %d, %v; want %d, %d, nil", st.Failures, v, err, writers*each, writers*each)
+	if want := strconv.Itoa(writers * each); err != nil || string(st) != want || v != writers*each {
+		t.Errorf("Load() = %q, version %d, %v; want %q, %d, nil", st, v, err, want, writers*each)
 	}
 }
 
@@ -172,7 +138,7 @@ func TestWatch(t *testing.T) {
 	case <-ch:
 	default:
 	}
-	if ok, err := writer.CompareAndSwap(ctx, key, 0, llmretry.SharedState{Format: 1, Failures: 1}); !ok || err != nil {
+	if ok, err := writer.CompareAndSwap(ctx, key, 0, []byte("1")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
 	recv(t, ch, "a write in another process")
@@ -186,7 +152,7 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("terminating the listeners = %d, %v; want at least 1", cut, err)
 	}
 	recv(t, ch, "reconnect")
-	if ok, err := writer.CompareAndSwap(ctx, key, 1, llmretry.SharedState{Format: 1, Failures: 2}); !ok || err != nil {
+	if ok, err := writer.CompareAndSwap(ctx, key, 1, []byte("2")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
 	recv(t, ch, "a write after the reconnect")
@@ -264,7 +230,7 @@ func TestCallsBounded(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), "pgbreaker: ") || errors.Is(err, context.DeadlineExceeded) != tc.timeout {
 				t.Errorf("Load() = %v, want a pgbreaker error, a timeout: %v", err, tc.timeout)
 			}
-			if _, err := s.CompareAndSwap(ctx, testKey(t), 0, llmretry.SharedState{Format: 1}); err == nil {
+			if _, err := s.CompareAndSwap(ctx, testKey(t), 0, []byte("x")); err == nil {
 				t.Errorf("CompareAndSwap() = nil error, want one")
 			}
 		})
