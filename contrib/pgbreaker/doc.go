@@ -15,9 +15,7 @@
 // backend's Breaker has its own Key. A Breaker makes each decision
 // (may this call send? how did it go?) on the row: it loads it, decides
 // by its own rules and writes the result back, deciding again when
-// another process wrote in between (see [llmretry.BreakerStore]). Give
-// the pool room for the calls in flight at once: each store call holds a
-// connection for one statement.
+// another process wrote in between (see [llmretry.BreakerStore]).
 //
 // # Schema
 //
@@ -33,37 +31,77 @@
 // One row per backend key: the name every process gives the same
 // deployment. The version counts the row's writes; the state is the
 // core's bytes, kept as the core gave them: their format is the core's
-// own, and this package reads nothing of them. The table lives in
-// the first schema of the connections' search_path. Rows are never
-// deleted: a key no process uses any more is one small row.
+// own, and this package reads nothing of them. The table lives in the
+// first schema of the connections' search_path. Rows are never deleted:
+// a key no process uses any more is one small row.
+//
+// # Migration
+//
+// [Migrate] runs in one transaction, which first takes an advisory lock
+// whose key is fixed (the ASCII bytes of "llmretry" read as a bigint),
+// so that processes that start together run it one after another:
+//
+//	SELECT pg_advisory_xact_lock(7812731383617434745)
+//
+// It then creates the table (above), and reads the type of its state
+// column:
+//
+//	SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+//	WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT attisdropped
+//
+// Version 0.1.0 of this package kept the state as jsonb. Such a table is
+// converted in place, each row keeping its version and its state
+// becoming the JSON text, which the core reads as a state of an older
+// format: it starts that backend afresh, as from a new row, and the
+// fleet learns it again from the next answers.
+//
+//	ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')
+//
+// The conversion rewrites the table under an exclusive lock, for a
+// moment with one row per backend. A process of version 0.1.0 still
+// running then fails its store calls and decides alone until it is
+// upgraded.
 //
 // # Statements
 //
-// A read of the state is one query:
+// A Store makes the calls of all its keys that are due at one time
+// together: one query reads every key being loaded, one statement
+// writes every key being written, and the calls that come while one
+// runs make the next. A call alone costs what one statement costs, and
+// a process with a thousand backends costs the database a few
+// statements per round trip, on one connection of the pool for reads
+// and one for writes.
 //
-//	SELECT version, state FROM llmretry_breaker WHERE key = $1
+// A read is one query:
 //
-// A write is one statement that writes only if the row is still at the
-// version that was read (compare-and-swap), inserts the row on the first
-// write, and announces the change to every process in the same
-// statement, so that a notice never announces a write that lost. It
-// commits without waiting for the WAL flush: a breaker's state is soft,
-// and a crash that loses the last writes loses what the next answers
-// tell again.
+//	SELECT key, version, state FROM llmretry_breaker WHERE key = ANY($1::text[])
+//
+// A write is one statement that writes each key only if its row is
+// still at the version that was read (compare-and-swap), inserts the
+// row on the first write, and announces each change to every process in
+// the same statement, so that a notice never announces a write that
+// lost. It takes its rows' locks in the order of their keys, so that two
+// processes writing the same keys wait for each other rather than
+// deadlock. It commits without waiting for the WAL flush: a breaker's
+// state is soft, and a crash that loses the last writes loses what the
+// next answers tell again.
 //
 //	WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
 //	w AS (
 //		INSERT INTO llmretry_breaker AS b (key, version, state, updated_at)
-//		VALUES ($1, $2::bigint + 1, $3, now())
+//		SELECT key, version + 1, state, now()
+//		FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS i (key, version, state)
+//		ORDER BY key COLLATE "C"
 //		ON CONFLICT (key) DO UPDATE
 //			SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
-//			WHERE b.version = $2::bigint
+//			WHERE b.version = EXCLUDED.version - 1
 //		RETURNING b.key
 //	)
-//	SELECT pg_notify('llmretry_breaker', w.key) FROM w, nosync
+//	SELECT w.key, pg_notify('llmretry_breaker', w.key) FROM w, nosync
 //
-// A write that returns no row lost to another process's: the core reads
-// the state again and decides again.
+// A key the write does not return lost to another process's write: the
+// core reads the state again and decides again. A statement writes a
+// key at most once; a second call on the same key waits for the next.
 //
 // # Waking
 //
@@ -76,18 +114,26 @@
 // waiting call, since a change may have gone unheard meanwhile. A
 // connection silent for 30 s is pinged, and one whose ping takes more
 // than 5 s counts as lost: a partition drops a connection without a
-// word. The
-// channel is the database's, not a schema's: fleets in two schemas of one
-// database that use the same key wake each other's calls, which then
-// load their own rows and find nothing changed.
+// word. One connection listens for every key: the channel's payload is
+// the key that changed. The channel is the database's, not a schema's:
+// fleets in two schemas of one database that use the same key wake each
+// other's calls, which then load their own rows and find nothing
+// changed.
 //
 // # Errors and timing
 //
-// Every call runs under the context the core gives it, which bounds it
-// (see [llmretry.Breaker]); pgx gives up on a query when its context
-// ends, and the pool then replaces the connection. An error or a timeout
-// goes back to the core, which decides from the process's own state for
-// that call and counts the failure; nothing here retries.
+// Every call returns by the end of the context the core gives it, which
+// bounds it (see [llmretry.Breaker]), with the context's error if its
+// statement has not answered by then. The statement itself goes on for
+// the other calls of its batch: cutting one short makes pgx close its
+// connection, which costs the pool a new one, and the server may well
+// finish the statement anyway. It is cancelled once every call of its
+// batch has returned, so that a server that hangs holds one connection
+// of each kind, not more. A write whose call returned early may still
+// land, as the core allows (see [llmretry.BreakerStore]). A write whose
+// context is done before its statement is sent is left out of it. An
+// error goes back to the core, which decides from the process's own
+// state for that call and counts the failure; nothing here retries.
 //
 // # Cost
 //

@@ -2,7 +2,6 @@ package pgbreaker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -44,15 +43,22 @@ WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT atti
 	// compare-and-swap only if another process wrote in between.
 	convertSQL = `ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')`
 
-	// loadSQL reads one backend's row; no row is version 0.
-	loadSQL = `SELECT version, state FROM llmretry_breaker WHERE key = $1`
+	// loadSQL reads the rows of the keys in $1; a key without a row is
+	// at version 0. One query serves every key being loaded at the time
+	// (see batch.go).
+	loadSQL = `SELECT key, version, state FROM llmretry_breaker WHERE key = ANY($1::text[])`
 
-	// swapSQL writes a backend's state only if its row is still at
-	// version $2 (0: there is no row yet), as version $2 + 1, and
-	// notifies every listening process of the key in the same statement,
-	// so that no write goes unannounced and no notice announces a write
-	// that failed (NOTIFY is delivered at commit). It returns one row
-	// when it wrote, none when someone else wrote first.
+	// swapSQL writes each state $3[i] as the row of key $1[i] only if
+	// the row is still at version $2[i] (0: there is no row yet), as
+	// version $2[i] + 1, and notifies every listening process of each
+	// key it wrote in the same statement, so that no write goes
+	// unannounced and no notice announces a write that failed (NOTIFY
+	// is delivered at commit). It returns the keys it wrote; a key it
+	// does not return lost to another write. One statement serves every
+	// key being written at the time (see batch.go), each key at most
+	// once. It takes its rows' locks in the order of their keys, so that
+	// two processes writing the same keys at once wait for each other
+	// rather than deadlock.
 	//
 	// It commits without waiting for the WAL to reach the disk
 	// (synchronous_commit off, for this transaction only): a breaker's
@@ -63,13 +69,15 @@ WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT atti
 	swapSQL = `WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
 w AS (
 	INSERT INTO llmretry_breaker AS b (key, version, state, updated_at)
-	VALUES ($1, $2::bigint + 1, $3, now())
+	SELECT key, version + 1, state, now()
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS i (key, version, state)
+	ORDER BY key COLLATE "C"
 	ON CONFLICT (key) DO UPDATE
 		SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
-		WHERE b.version = $2::bigint
+		WHERE b.version = EXCLUDED.version - 1
 	RETURNING b.key
 )
-SELECT pg_notify('` + channel + `', w.key) FROM w, nosync`
+SELECT w.key, pg_notify('` + channel + `', w.key) FROM w, nosync`
 )
 
 // Migrate creates the table the store keeps its rows in, if it does not
@@ -108,27 +116,56 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 	return nil
 }
 
-// load reads key's row: its version and state, version 0 and a nil state
-// when there is none.
-func load(ctx context.Context, pool *pgxpool.Pool, key string) (version int64, state []byte, err error) {
-	err = pool.QueryRow(ctx, loadSQL, key).Scan(&version, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil, nil
+// loadBatch makes the loads of calls with one query: each call gets its
+// key's version and a state of its own, or the query's error.
+func loadBatch(ctx context.Context, pool *pgxpool.Pool, calls []*call) {
+	keys := make([]string, len(calls))
+	for i, c := range calls {
+		keys[i] = c.key
 	}
-	return version, state, err
+	found := make(map[string]*call, len(calls))
+	rows, err := pool.Query(ctx, loadSQL, keys)
+	if err == nil {
+		var r call
+		_, err = pgx.ForEachRow(rows, []any{&r.key, &r.version, &r.state}, func() error {
+			found[r.key] = &call{version: r.version, state: r.state}
+			r.state = nil // Scan fills a slice it is given: each row gets its own
+			return nil
+		})
+	}
+	for _, c := range calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		if r := found[c.key]; r != nil {
+			// A copy each: two calls may load one key, and each caller
+			// may change what it got.
+			c.version, c.state = r.version, append([]byte{}, r.state...)
+		}
+	}
 }
 
-// swap writes state as key's row if the row is still at version old,
-// and reports whether it did.
-func swap(ctx context.Context, pool *pgxpool.Pool, key string, old int64, state []byte) (bool, error) {
-	rows, err := pool.Query(ctx, swapSQL, key, old, state)
-	if err != nil {
-		return false, err
+// swapBatch makes the compare-and-swaps of calls, each of its own key,
+// with one statement: each call learns whether it wrote, or gets the
+// statement's error.
+func swapBatch(ctx context.Context, pool *pgxpool.Pool, calls []*call) {
+	keys := make([]string, len(calls))
+	versions := make([]int64, len(calls))
+	states := make([][]byte, len(calls))
+	for i, c := range calls {
+		keys[i], versions[i], states[i] = c.key, c.version, c.state
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	wrote := make(map[string]bool, len(calls))
+	rows, err := pool.Query(ctx, swapSQL, keys, versions, states)
+	if err == nil {
+		var key string
+		_, err = pgx.ForEachRow(rows, []any{&key, nil}, func() error {
+			wrote[key] = true
+			return nil
+		})
 	}
-	rows.Close()
-	return n == 1, rows.Err()
+	for _, c := range calls {
+		c.ok, c.err = wrote[c.key], err
+	}
 }

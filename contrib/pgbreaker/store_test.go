@@ -54,7 +54,9 @@ func TestConformance(t *testing.T) {
 }
 
 // Writers in two processes (two pools), each loading, adding one and
-// swapping until it wins, lose no increment: the swap is atomic.
+// swapping until it wins, lose no increment: the swap is atomic. The
+// writers of one process that write at once at the same version meet in
+// one batch, which may write a key only once.
 func TestCompareAndSwapRace(t *testing.T) {
 	t.Parallel()
 	url := freshSchema(t, pgURL(t), "pgbreaker_race")
@@ -98,6 +100,96 @@ func TestCompareAndSwapRace(t *testing.T) {
 	st, v, err := a.Load(ctx, key)
 	if want := strconv.Itoa(writers * each); err != nil || string(st) != want || v != writers*each {
 		t.Errorf("Load() = %q, version %d, %v; want %q, %d, nil", st, v, err, want, writers*each)
+	}
+}
+
+// Two processes writing the same keys at once, many keys to a
+// statement, lose no increment and never deadlock: each statement takes
+// its rows' locks in the order of their keys. Each key is counted up by
+// writers in both processes, whose writes of all keys meet in the same
+// statements in whatever order they come.
+func TestCompareAndSwapManyKeys(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_race_keys")
+	stores := []*pgbreaker.Store{}
+	for range 2 {
+		s, _ := newStore(t, url)
+		stores = append(stores, s)
+	}
+	const keys, writers, each = 64, 2, 5 // writers per key and process
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, keys*writers*len(stores))
+	for k := range keys {
+		key := testKey(t) + "/" + strconv.Itoa(k)
+		for _, s := range stores {
+			for range writers {
+				wg.Go(func() {
+					for range each {
+						if err := increment(ctx, s, key); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Load or CompareAndSwap = %v", err)
+	}
+	for k := range keys {
+		key := testKey(t) + "/" + strconv.Itoa(k)
+		want := writers * each * len(stores)
+		if st, v, err := stores[0].Load(ctx, key); err != nil || string(st) != strconv.Itoa(want) || v != int64(want) {
+			t.Errorf("Load(%s) = %q, version %d, %v; want %q, %d, nil", key, st, v, err, strconv.Itoa(want), want)
+		}
+	}
+}
+
+// increment adds one to the count in decimal that is key's state,
+// loading and writing until its write wins.
+func increment(ctx context.Context, s *pgbreaker.Store, key string) error {
+	for {
+		st, v, err := s.Load(ctx, key)
+		if err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(string(st)) // no row is 0
+		ok, err := s.CompareAndSwap(ctx, key, v, []byte(strconv.Itoa(n+1)))
+		if ok || err != nil {
+			return err
+		}
+	}
+}
+
+// A key that PostgreSQL's text cannot hold is refused with an error of
+// its own, and the calls of other keys made at the same time, which may
+// share its statement, still work.
+func TestBadKey(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_bad_key"))
+	ctx := t.Context()
+	for _, key := range []string{"nul\x00key", "latin1 \xe9t\xe9"} {
+		var wg sync.WaitGroup
+		var good error
+		wg.Go(func() { _, good = s.CompareAndSwap(ctx, testKey(t)+"/good", 0, []byte("x")) })
+		_, _, lerr := s.Load(ctx, key)
+		_, serr := s.CompareAndSwap(ctx, key, 0, []byte("x"))
+		wg.Wait()
+		for _, err := range []error{lerr, serr} {
+			if err == nil || !strings.Contains(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), "not text PostgreSQL can hold") {
+				t.Errorf("key %q: error %v, want one that says the key is not text", key, err)
+			}
+		}
+		if good != nil {
+			t.Errorf("CompareAndSwap(good key) = %v, want nil", good)
+		}
+		if _, err := s.CompareAndSwap(ctx, testKey(t)+"/good", 0, nil); err != nil {
+			t.Errorf("CompareAndSwap(good key, again) = %v, want nil", err)
+		}
 	}
 }
 
