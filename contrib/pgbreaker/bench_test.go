@@ -15,7 +15,12 @@ import (
 // countingStore counts the calls a Breaker makes to the store under it.
 type countingStore struct {
 	llmretry.BreakerStore
-	loads, swaps atomic.Int64
+	loads, swaps, watches atomic.Int64
+}
+
+func (s *countingStore) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	s.watches.Add(1)
+	return s.BreakerStore.Watch(ctx, key)
 }
 
 func (s *countingStore) Load(ctx context.Context, key string) ([]byte, int64, error) {
