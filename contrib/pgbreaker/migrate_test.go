@@ -53,25 +53,26 @@ func TestMigrateConcurrent(t *testing.T) {
 	}
 }
 
-// v010Schema is the table as version 0.1.0 of this package made it.
-const v010Schema = `CREATE TABLE llmretry_breaker (
+// oldSchema is the table as earlier versions of this package made it,
+// with the state as jsonb.
+const oldSchema = `CREATE TABLE llmretry_breaker (
 	key        text        PRIMARY KEY,
 	version    bigint      NOT NULL,
 	state      jsonb       NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
 )`
 
-// A table made by 0.1.0, whose states are JSON, is converted in place:
-// each row keeps its version, and its state becomes the JSON text as
-// bytes, which a Breaker reads as a state of an older format and starts
-// afresh from, writing its own at the next version.
+// A table made by an earlier version, whose states are JSON, is
+// converted in place: each row keeps its version, and its state becomes
+// the JSON text as bytes, which a Breaker reads as a state of an older
+// format and starts afresh from, writing its own at the next version.
 func TestMigrateConverts(t *testing.T) {
 	t.Parallel()
 	url := freshSchema(t, pgURL(t), "pgbreaker_migrate_converts")
 	pool := newPool(t, url)
 	ctx, key := t.Context(), testKey(t)
 	const old = `{"v": 1, "failures": 2}`
-	if _, err := pool.Exec(ctx, v010Schema); err != nil {
+	if _, err := pool.Exec(ctx, oldSchema); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `INSERT INTO llmretry_breaker (key, version, state) VALUES ($1, 7, $2)`, key, old); err != nil {
@@ -121,7 +122,7 @@ func TestMigrateConverts(t *testing.T) {
 func TestMigrateWrongType(t *testing.T) {
 	t.Parallel()
 	pool := newPool(t, freshSchema(t, pgURL(t), "pgbreaker_migrate_wrong"))
-	if _, err := pool.Exec(t.Context(), strings.Replace(v010Schema, "jsonb", "text", 1)); err != nil {
+	if _, err := pool.Exec(t.Context(), strings.Replace(oldSchema, "jsonb", "text", 1)); err != nil {
 		t.Fatal(err)
 	}
 	err := pgbreaker.Migrate(t.Context(), pool)

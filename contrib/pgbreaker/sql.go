@@ -32,15 +32,14 @@ const (
 
 	// columnSQL reads the type of the state column of the table that
 	// the statements reach (the first on the search_path): jsonb in a
-	// table that version 0.1.0 made.
+	// table that an earlier version of this package made.
 	columnSQL = `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
 WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT attisdropped`
 
-	// convertSQL turns a 0.1.0 table's JSON states into bytes: the JSON
-	// text, which the core reads as a state of its first format and
+	// convertSQL turns an earlier table's JSON states into bytes: the
+	// JSON text, which the core reads as a state of its first format and
 	// starts afresh from, as from a new row. The rows keep their
-	// versions, so a 0.1.0 process still running loses its next
-	// compare-and-swap only if another process wrote in between.
+	// versions.
 	convertSQL = `ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')`
 
 	// loadSQL reads the rows of the keys in $1; a key without a row is
@@ -81,9 +80,9 @@ SELECT w.key, pg_notify('` + channel + `', w.key) FROM w, nosync`
 )
 
 // Migrate creates the table the store keeps its rows in, if it does not
-// exist yet, and converts a table made by version 0.1.0 of this package,
-// whose states were JSON, to the bytes this version keeps (see the
-// package docs for the schema). It is idempotent and safe to run from
+// exist yet, and converts a table made by an earlier version of this
+// package, whose states were JSON, to the bytes this version keeps (see
+// the package docs). It is idempotent and safe to run from
 // any number of processes at once: each takes the same advisory lock
 // for its one transaction, so they run one after another. Run it at
 // every start of every process, or once from a deploy step. The error,
