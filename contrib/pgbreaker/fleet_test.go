@@ -63,12 +63,14 @@ const (
 	steadyEvery   = 250 * time.Millisecond
 	fleetFailures = 2           // the breaker's Failures
 	fleetCooldown = time.Second // and Cooldown
-	// The bound on a decision's store calls. The default, 50 ms, is for
-	// a database that is not shared with the test's own load: on this
-	// 2-core machine, with the four workers and their server under
+	// The bound on a decision's store calls in TestFleet. The default is
+	// for a database that is not shared with the test's own load: on
+	// this 2-core machine, with the four workers and their server under
 	// -race and other builds beside them, a burst of 40 calls' decisions
-	// on one row timed out by the hundred at 50 ms, and by the dozen at
-	// 500 ms with 20 calls; each such decision is the process's alone.
+	// on one row timed out by the hundred at 50 ms (the default then),
+	// and by the dozen at 500 ms with 20 calls, with a store that made a
+	// statement per call; each such decision is the process's alone.
+	// TestFleetCallers keeps the default.
 	fleetStoreTimeout = time.Second
 )
 
