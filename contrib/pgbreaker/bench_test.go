@@ -15,15 +15,20 @@ import (
 // countingStore counts the calls a Breaker makes to the store under it.
 type countingStore struct {
 	llmretry.BreakerStore
-	loads, swaps atomic.Int64
+	loads, swaps, watches atomic.Int64
 }
 
-func (s *countingStore) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
+func (s *countingStore) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	s.watches.Add(1)
+	return s.BreakerStore.Watch(ctx, key)
+}
+
+func (s *countingStore) Load(ctx context.Context, key string) ([]byte, int64, error) {
 	s.loads.Add(1)
 	return s.BreakerStore.Load(ctx, key)
 }
 
-func (s *countingStore) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
+func (s *countingStore) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
 	s.swaps.Add(1)
 	return s.BreakerStore.CompareAndSwap(ctx, key, version, next)
 }

@@ -15,9 +15,7 @@
 // backend's Breaker has its own Key. A Breaker makes each decision
 // (may this call send? how did it go?) on the row: it loads it, decides
 // by its own rules and writes the result back, deciding again when
-// another process wrote in between (see [llmretry.BreakerStore]). Give
-// the pool room for the calls in flight at once: each store call holds a
-// connection for one statement.
+// another process wrote in between (see [llmretry.BreakerStore]).
 //
 // # Schema
 //
@@ -26,44 +24,85 @@
 //	CREATE TABLE IF NOT EXISTS llmretry_breaker (
 //		key        text        PRIMARY KEY,
 //		version    bigint      NOT NULL,
-//		state      jsonb       NOT NULL,
+//		state      bytea       NOT NULL,
 //		updated_at timestamptz NOT NULL DEFAULT now()
 //	)
 //
 // One row per backend key: the name every process gives the same
 // deployment. The version counts the row's writes; the state is the
-// core's, as JSON, so that it can be read with psql
-// (SELECT key, version, state FROM llmretry_breaker). The table lives in
-// the first schema of the connections' search_path. Rows are never
-// deleted: a key no process uses any more is one small row.
+// core's bytes, kept as the core gave them: their format is the core's
+// own, and this package reads nothing of them. The table lives in the
+// first schema of the connections' search_path. Rows are never deleted:
+// a key no process uses any more is one small row.
+//
+// # Migration
+//
+// [Migrate] runs in one transaction, which first takes an advisory lock
+// whose key is fixed (the ASCII bytes of "llmretry" read as a bigint),
+// so that processes that start together run it one after another:
+//
+//	SELECT pg_advisory_xact_lock(7812731383617434745)
+//
+// It then creates the table (above), and reads the type of its state
+// column:
+//
+//	SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+//	WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT attisdropped
+//
+// Earlier versions of this package kept the state as jsonb, the core's
+// state of its first format. Such a table is converted in place, each
+// row keeping its version and its state becoming the JSON text, which
+// the core reads as a state of an older format: it starts that backend
+// afresh, as from a new row, and the fleet learns it again from the next
+// answers.
+//
+//	ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')
+//
+// The conversion rewrites the table under an exclusive lock, for a
+// moment with one row per backend. Upgrade every process with it: the
+// two versions' states are of different formats, and neither shares
+// with the other.
 //
 // # Statements
 //
-// A read of the state is one query:
+// A Store makes the calls of all its keys that are due at one time
+// together: one query reads every key being loaded, one statement
+// writes every key being written, and the calls that come while one
+// runs make the next. A call alone costs what one statement costs, and
+// a process with a thousand backends costs the database a few
+// statements per round trip, on one connection of the pool for reads
+// and one for writes.
 //
-//	SELECT version, state FROM llmretry_breaker WHERE key = $1
+// A read is one query:
 //
-// A write is one statement that writes only if the row is still at the
-// version that was read (compare-and-swap), inserts the row on the first
-// write, and announces the change to every process in the same
-// statement, so that a notice never announces a write that lost. It
-// commits without waiting for the WAL flush: a breaker's state is soft,
-// and a crash that loses the last writes loses what the next answers
-// tell again.
+//	SELECT key, version, state FROM llmretry_breaker WHERE key = ANY($1::text[])
+//
+// A write is one statement that writes each key only if its row is
+// still at the version that was read (compare-and-swap), inserts the
+// row on the first write, and announces each change to every process in
+// the same statement, so that a notice never announces a write that
+// lost. It takes its rows' locks in the order of their keys, so that two
+// processes writing the same keys wait for each other rather than
+// deadlock. It commits without waiting for the WAL flush: a breaker's
+// state is soft, and a crash that loses the last writes loses what the
+// next answers tell again.
 //
 //	WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
 //	w AS (
 //		INSERT INTO llmretry_breaker AS b (key, version, state, updated_at)
-//		VALUES ($1, $2::bigint + 1, $3, now())
+//		SELECT key, version + 1, state, now()
+//		FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS i (key, version, state)
+//		ORDER BY key COLLATE "C"
 //		ON CONFLICT (key) DO UPDATE
 //			SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
-//			WHERE b.version = $2::bigint
+//			WHERE b.version = EXCLUDED.version - 1
 //		RETURNING b.key
 //	)
-//	SELECT pg_notify('llmretry_breaker', w.key) FROM w, nosync
+//	SELECT w.key, pg_notify('llmretry_breaker', w.key) FROM w, nosync
 //
-// A write that returns no row lost to another process's: the core reads
-// the state again and decides again.
+// A key the write does not return lost to another process's write: the
+// core reads the state again and decides again. A statement writes a
+// key at most once; a second call on the same key waits for the next.
 //
 // # Waking
 //
@@ -76,42 +115,58 @@
 // waiting call, since a change may have gone unheard meanwhile. A
 // connection silent for 30 s is pinged, and one whose ping takes more
 // than 5 s counts as lost: a partition drops a connection without a
-// word. The
-// channel is the database's, not a schema's: fleets in two schemas of one
-// database that use the same key wake each other's calls, which then
-// load their own rows and find nothing changed.
+// word. One connection listens for every key: the channel's payload is
+// the key that changed. The channel is the database's, not a schema's:
+// fleets in two schemas of one database that use the same key wake each
+// other's calls, which then load their own rows and find nothing
+// changed.
 //
 // # Errors and timing
 //
-// Every call runs under the context the core gives it, which bounds it
-// (see [llmretry.Breaker]); pgx gives up on a query when its context
-// ends, and the pool then replaces the connection. An error or a timeout
-// goes back to the core, which decides from the process's own state for
-// that call and counts the failure; nothing here retries.
+// Every call returns by the end of the context the core gives it, which
+// bounds it (see [llmretry.Breaker]), with the context's error if its
+// statement has not answered by then. The statement itself goes on for
+// the other calls of its batch: cutting one short makes pgx close its
+// connection, which costs the pool a new one, and the server may well
+// finish the statement anyway. It is cancelled once every call of its
+// batch has returned, so that a server that hangs holds one connection
+// of each kind, not more. A write whose call returned early may still
+// land, as the core allows (see [llmretry.BreakerStore]). A write whose
+// context is done before its statement is sent is left out of it. An
+// error goes back to the core, which decides from the process's own
+// state for that call and counts the failure; nothing here retries.
 //
 // # Cost
 //
 // Measured on this machine (2 cores shared with other work, load
-// average 15 to 19, PostgreSQL 15 on loopback), by BenchmarkRequest and
-// TestFleet in this package:
+// average 3 to 7, PostgreSQL 15 on loopback), by BenchmarkRequest,
+// TestManyKeys, TestFleet and TestFleetCallers in this package:
 //
 //   - A request through a Breaker on a Store, one at a time: 2 loads and
-//     2 writes (one decision to send, one to record how it went), 2.4 to
-//     5.9 ms of store time in all, as the load varied. Before the writes
-//     turned synchronous_commit off (see Statements), 11.8 ms.
-//   - From many goroutines of one process at once: 2.3 to 3.3 loads and
-//     as many writes per request, as writes that lost are decided again.
+//     2 writes (one decision to send, one to record how it went), 1.1 to
+//     1.6 ms of store time in all. Before the writes turned
+//     synchronous_commit off (see Statements), 11.8 ms.
+//   - From two goroutines of one process at once: 1.4 to 1.5 loads and
+//     2 writes per request, 0.9 to 1.1 ms: the process decides for its
+//     calls together, and loads only when another process may have
+//     written.
+//   - A thousand Breakers, each its own key, three calls each, all at
+//     once through a pool of four connections: 12,000 store calls in 56
+//     to 191 statements, 0.2 to 0.6 s in all, none failed.
+//   - Four processes whose calls queue for a rate-limited backend, 10 or
+//     100 callers each, at the default StoreTimeout: 0.2 to 0.5 loads, 2
+//     writes and 0.02 watches per request sent, no more at 100 callers
+//     than at 10.
 //   - In TestFleet's four processes, whose calls wait on a paced and on
-//     an open backend: 10 loads and 5 writes per request sent. A call
-//     that waits writes its place in the fleet's line, and a write wakes
-//     every call waiting on the key in every process, each of which
-//     loads the row to decide again; most such decisions hold the call
-//     back and write nothing.
+//     an open backend: 4 loads and 4.3 writes per request sent.
 //
-// The default StoreTimeout (50 ms) bounds the store calls of one
-// decision. On this loaded machine a burst of 40 calls from four
-// processes on one row needed more (TestFleet sets 1 s); on a
-// database with headroom a decision takes a few milliseconds.
+// The Breaker's StoreTimeout (100 ms by default) bounds the store calls
+// of one decision. A decision on a healthy database takes a few
+// milliseconds; on this loaded machine, a thousand decisions of one
+// process at once used up to 94 ms of it before the store was called,
+// and about one run in ten then failed a few hundred store calls: give
+// a process with that many backends a longer StoreTimeout (at 250 ms,
+// none failed).
 //
 // # Concurrency
 //

@@ -11,7 +11,7 @@ import (
 // ping timeout set, so that a test sees a silent connection found out
 // in a moment.
 func NewKeepalive(pool *pgxpool.Pool, keepalive, pingTimeout time.Duration) *Store {
-	return &Store{pool: pool, l: newListener(pool.Config().ConnConfig, keepalive, pingTimeout)}
+	return newStore(pool, keepalive, pingTimeout)
 }
 
 // Listening waits until s first listens (and has woken the watchers it
@@ -27,4 +27,4 @@ func Listening(ctx context.Context, s *Store) error {
 
 // The statements, for the test that the package docs quote them as
 // they run.
-var Statements = map[string]string{"schema": schemaSQL, "load": loadSQL, "swap": swapSQL}
+var Statements = map[string]string{"lock": lockSQL, "schema": schemaSQL, "column": columnSQL, "convert": convertSQL, "load": loadSQL, "swap": swapSQL}

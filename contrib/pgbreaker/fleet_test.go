@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +27,13 @@ import (
 const (
 	workerVar = "PGBREAKER_FLEET_WORKER" // the worker's number; unset in the parent
 	baseVar   = "PGBREAKER_FLEET_BASE"   // the test server's OpenAI base URL
-	storeVar  = "PGBREAKER_FLEET_STORE"  // "pg": the shared store; "local": one that shares nothing
+	storeVar  = "PGBREAKER_FLEET_STORE"  // "pg": the shared store; "pg-default": the same at the default StoreTimeout; "local": one that shares nothing
 	dbVar     = "PGBREAKER_FLEET_DB"     // the database URL, with the test's schema
+	// With callersVar set, a worker plays the callers' script instead:
+	// after the warm-up, so many callers at once, each making callsVar
+	// calls one after another.
+	callersVar = "PGBREAKER_FLEET_CALLERS"
+	callsVar   = "PGBREAKER_FLEET_CALLS"
 )
 
 func TestMain(m *testing.M) {
@@ -57,12 +63,14 @@ const (
 	steadyEvery   = 250 * time.Millisecond
 	fleetFailures = 2           // the breaker's Failures
 	fleetCooldown = time.Second // and Cooldown
-	// The bound on a decision's store calls. The default, 50 ms, is for
-	// a database that is not shared with the test's own load: on this
-	// 2-core machine, with the four workers and their server under
+	// The bound on a decision's store calls in TestFleet. The default is
+	// for a database that is not shared with the test's own load: on
+	// this 2-core machine, with the four workers and their server under
 	// -race and other builds beside them, a burst of 40 calls' decisions
-	// on one row timed out by the hundred at 50 ms, and by the dozen at
-	// 500 ms with 20 calls; each such decision is the process's alone.
+	// on one row timed out by the hundred at 50 ms (the default then),
+	// and by the dozen at 500 ms with 20 calls, with a store that made a
+	// statement per call; each such decision is the process's alone.
+	// TestFleetCallers keeps the default.
 	fleetStoreTimeout = time.Second
 )
 
@@ -91,6 +99,7 @@ type record struct {
 	Final       bool  `json:"final,omitempty"`
 	Loads       int64 `json:"loads,omitempty"` // with Final: the store calls the worker made
 	Swaps       int64 `json:"swaps,omitempty"`
+	Watches     int64 `json:"watches,omitempty"`
 }
 
 // sendsKey is the context key of a call's count of requests sent.
@@ -171,43 +180,62 @@ func runWorker(id string) error {
 	}
 	start := time.Unix(0, startNanos)
 
-	var wg sync.WaitGroup
-	callNo := 0
+	var (
+		wg     sync.WaitGroup
+		callNo atomic.Int64
+	)
+	// call1 makes one call of the chain c, and records what Do returned.
+	call1 := func(c *llmretry.Chain[string, string], phase string, deadline time.Duration) {
+		n := &callSends{worker: id, call: int(callNo.Add(1))}
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), sendsKey{}, n), deadline)
+		defer cancel()
+		_, err := c.Do(ctx, "hi")
+		r := record{Worker: id, Phase: phase, Call: n.call, Done: true, Answered: err == nil}
+		if err != nil {
+			r.Err = strings.SplitN(err.Error(), "\n", 2)[0]
+		}
+		emit(r)
+	}
 	do := func(c *llmretry.Chain[string, string], phase string, deadline time.Duration) {
-		callNo++
-		n := &callSends{worker: id, call: callNo}
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), sendsKey{}, n), deadline)
-			defer cancel()
-			_, err := c.Do(ctx, "hi")
-			r := record{Worker: id, Phase: phase, Call: n.call, Done: true, Answered: err == nil}
-			if err != nil {
-				r.Err = strings.SplitN(err.Error(), "\n", 2)[0]
-			}
-			emit(r)
-		})
+		wg.Go(func() { call1(c, phase, deadline) })
 	}
 	at := func(off time.Duration) { time.Sleep(time.Until(start.Add(off))) } // the script's clock: real time, by design
 	at(warmAt)
 	do(burst, "warm", 5*time.Second)
-	at(burstAt)
-	for range burstCalls {
-		do(burst, "burst", 5*time.Second)
-	}
-	// The workers take turns through each steadyEvery, so that the
-	// fleet's calls in the outage are spread out rather than sent four
-	// at a time: four at once would all be in flight before the first
-	// failure opened the breaker, whatever it shares.
-	num, _ := strconv.Atoi(id)
-	stagger := time.Duration(num-1) * steadyEvery / fleetN
-	for off := steadyFrom + stagger; off < steadyUntil; off += steadyEvery {
-		at(off)
-		do(steady, "steady", 200*time.Millisecond)
+	if callers, _ := strconv.Atoi(os.Getenv(callersVar)); callers > 0 {
+		// The callers' script: each caller calls again as soon as its
+		// call is done, so that the process has that many calls at
+		// once, in flight or waiting, until the last few.
+		calls, _ := strconv.Atoi(os.Getenv(callsVar))
+		queued := newChain("callers", callersPolicy)
+		at(burstAt)
+		for range callers {
+			wg.Go(func() {
+				for range calls {
+					call1(queued, "callers", callersDeadline)
+				}
+			})
+		}
+	} else {
+		at(burstAt)
+		for range burstCalls {
+			do(burst, "burst", 5*time.Second)
+		}
+		// The workers take turns through each steadyEvery, so that the
+		// fleet's calls in the outage are spread out rather than sent
+		// four at a time: four at once would all be in flight before
+		// the first failure opened the breaker, whatever it shares.
+		num, _ := strconv.Atoi(id)
+		stagger := time.Duration(num-1) * steadyEvery / fleetN
+		for off := steadyFrom + stagger; off < steadyUntil; off += steadyEvery {
+			at(off)
+			do(steady, "steady", 200*time.Millisecond)
+		}
 	}
 	wg.Wait()
 	st := b.State()
 	cs := b.Store.(*countingStore)
-	emit(record{Worker: id, Final: true, StoreErrors: st.StoreErrors, Err: fmt.Sprint(st.StoreErr), Loads: cs.loads.Load(), Swaps: cs.swaps.Load()})
+	emit(record{Worker: id, Final: true, StoreErrors: st.StoreErrors, Err: fmt.Sprint(st.StoreErr), Loads: cs.loads.Load(), Swaps: cs.swaps.Load(), Watches: cs.watches.Load()})
 	return nil
 }
 
@@ -239,15 +267,29 @@ type fleetRun struct {
 	log     []llmretrytest.Request
 }
 
-// runFleet starts the test server and fleetN worker processes on store
-// ("pg" or "local"), plays the script, and returns every record and the
-// server's log.
-func runFleet(t *testing.T, store, dbURL string) fleetRun {
+// fleetConfig is what a run of the fleet plays.
+type fleetConfig struct {
+	store string // storeVar: "pg", "pg-default" or "local"
+	db    string // the database URL, with the test's schema
+	// callers, when set, plays the callers' script, with so many
+	// callers per worker, each making calls calls, against the bucket
+	// callersLimits; otherwise the burst and the outage, against limits.
+	callers, calls int
+}
+
+// runFleet starts the test server and fleetN worker processes as fc
+// says, plays the script, and returns every record and the server's
+// log.
+func runFleet(t *testing.T, fc fleetConfig) fleetRun {
 	t.Helper()
 	srv := llmretrytest.NewServer()
 	defer srv.Close()
 	srv.Script(model, llmretrytest.Answer("ok"))
-	srv.Limit(model, limits)
+	if fc.callers > 0 {
+		srv.Limit(model, callersLimits)
+	} else {
+		srv.Limit(model, limits)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatalf("os.Executable() = %v", err)
@@ -261,7 +303,8 @@ func runFleet(t *testing.T, store, dbURL string) fleetRun {
 	workers := make([]*worker, fleetN)
 	for i := range workers {
 		w := &worker{cmd: exec.Command(exe, "-test.run=^$")}
-		w.cmd.Env = append(os.Environ(), workerVar+"="+strconv.Itoa(i+1), baseVar+"="+srv.OpenAIBaseURL(), storeVar+"="+store, dbVar+"="+dbURL)
+		w.cmd.Env = append(os.Environ(), workerVar+"="+strconv.Itoa(i+1), baseVar+"="+srv.OpenAIBaseURL(), storeVar+"="+fc.store, dbVar+"="+fc.db,
+			callersVar+"="+strconv.Itoa(fc.callers), callsVar+"="+strconv.Itoa(fc.calls))
 		w.cmd.Stderr = &w.stderr
 		if w.stdin, err = w.cmd.StdinPipe(); err != nil {
 			t.Fatal(err)
@@ -287,12 +330,14 @@ func runFleet(t *testing.T, store, dbURL string) fleetRun {
 		fmt.Fprintln(w.stdin, start.UnixNano())
 		w.stdin.Close()
 	}
-	// The outage, on the parent's clock: the server answers 503 to every
-	// request between these two times.
-	outage := time.AfterFunc(time.Until(start.Add(outageStart)), func() { srv.Script(model, llmretrytest.Status(http.StatusServiceUnavailable)) })
-	defer outage.Stop()
-	recovery := time.AfterFunc(time.Until(start.Add(outageEnd)), func() { srv.Script(model, llmretrytest.Answer("ok")) })
-	defer recovery.Stop()
+	if fc.callers == 0 {
+		// The outage, on the parent's clock: the server answers 503 to
+		// every request between these two times.
+		outage := time.AfterFunc(time.Until(start.Add(outageStart)), func() { srv.Script(model, llmretrytest.Status(http.StatusServiceUnavailable)) })
+		defer outage.Stop()
+		recovery := time.AfterFunc(time.Until(start.Add(outageEnd)), func() { srv.Script(model, llmretrytest.Answer("ok")) })
+		defer recovery.Stop()
+	}
 
 	// Each worker's output is read on a goroutine of its own, so that no
 	// worker blocks on a full pipe while another is read.
@@ -336,11 +381,12 @@ type fleetCounts struct {
 	Sent        int   // requests in the server's log
 	RateLimited int   // of them, refused by the bucket with a 429
 	Outage      int   // of them, answered 503 during the outage: the failures that opened the breaker, and the probes
-	BurstCalls  int   // calls of the warm-up and the burst
+	BurstCalls  int   // calls of the warm-up and the burst, or of the callers
 	Answered    int   // of them, answered
 	StoreErrors int64 // store calls that failed, over the fleet
 	Loads       int64 // store calls, over the fleet
 	Swaps       int64
+	Watches     int64
 }
 
 // countFleet counts the run, and checks it against the server's log: every
@@ -371,6 +417,7 @@ func countFleet(t *testing.T, run fleetRun) fleetCounts {
 			c.StoreErrors += r.StoreErrors
 			c.Loads += r.Loads
 			c.Swaps += r.Swaps
+			c.Watches += r.Watches
 			if r.StoreErrors > 0 {
 				t.Logf("worker %s: %d store errors, the last: %s", r.Worker, r.StoreErrors, r.Err)
 			}
@@ -443,7 +490,7 @@ func TestFleet(t *testing.T) {
 		t.Fatalf("Migrate() = %v", err)
 	}
 	t.Run("shared", func(t *testing.T) {
-		run := runFleet(t, "pg", url)
+		run := runFleet(t, fleetConfig{store: "pg", db: url})
 		c := countFleet(t, run)
 		t.Logf("shared store: %+v; store calls per request sent: %.1f loads, %.1f swaps", c,
 			float64(c.Loads)/float64(c.Sent), float64(c.Swaps)/float64(c.Sent))
@@ -463,10 +510,86 @@ func TestFleet(t *testing.T) {
 		}
 	})
 	t.Run("shares_nothing", func(t *testing.T) {
-		c := countFleet(t, runFleet(t, "local", ""))
+		c := countFleet(t, runFleet(t, fleetConfig{store: "local"}))
 		t.Logf("a store per process: %+v", c)
 		if c.RateLimited <= maxRateLimited || c.Outage <= maxOutage {
 			t.Errorf("429s %d, outage requests %d; want more than %d, %d: without sharing, each process learns alone", c.RateLimited, c.Outage, maxRateLimited, maxOutage)
 		}
 	})
+}
+
+// The callers' script: the fleet's calls queue for a bucket far smaller
+// than what they ask, so that most of them wait, paced, in the fleet's
+// line. Each worker makes callsPerWorker calls in all, from 10 or from
+// 100 callers at once, so that the two runs send the same requests and
+// differ only in how many calls wait at a time.
+const (
+	callsPerWorker  = 200
+	callersDeadline = time.Minute // far more than the line takes to drain (some 8 s)
+)
+
+// callersLimits is the provider's bucket in the callers' script: 100
+// requests a second, 20 at once. The warm-up's 4 fit; the fleet's 800
+// then take some 8 s.
+var callersLimits = llmretrytest.Limits{Requests: llmretrytest.Bucket{Rate: 100, Burst: 20}}
+
+// callersPolicy retries a 429 as the provider asks, and bounds a wait in
+// line by the deadline alone, so that a call is never given up for
+// waiting its turn.
+var callersPolicy = llmretry.Policy{Waits: []time.Duration{100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond}, MaxWait: 30 * time.Second, Reserve: -1}
+
+// Four worker processes with many callers each share one breaker through
+// PostgreSQL, with the Breaker's StoreTimeout at its default: at 100
+// callers a worker as at 10, every call is answered, at most 1% of the
+// requests sent draw a 429, and the store's loads per request sent at
+// 100 callers are at most 3× those at 10: what a request costs the store
+// does not grow with the calls waiting.
+func TestFleetCallers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("plays the callers' script in real time, some 10 s per run")
+	}
+	url := pgURL(t)
+	perSent := make(map[int]float64)
+	for _, callers := range []int{10, 100} {
+		t.Run(fmt.Sprintf("callers_%d", callers), func(t *testing.T) {
+			db := freshSchema(t, url, fmt.Sprintf("pgbreaker_callers_%d", callers))
+			if err := pgbreaker.Migrate(t.Context(), newPool(t, db)); err != nil {
+				t.Fatalf("Migrate() = %v", err)
+			}
+			began := time.Now()
+			run := runFleet(t, fleetConfig{store: "pg-default", db: db, callers: callers, calls: callsPerWorker / callers})
+			took := time.Since(began)
+			c := countFleet(t, run)
+			sent := float64(c.Sent)
+			perSent[callers] = float64(c.Loads) / sent
+			t.Logf("%d workers × %d callers: %d requests sent in %v, %d drew 429 (%.1f%%); %d of %d calls answered; store calls per request sent: %.2f loads, %.2f swaps, %.2f watches; %d store errors",
+				fleetN, callers, c.Sent, took.Round(time.Millisecond), c.RateLimited, 100*float64(c.RateLimited)/sent, c.Answered, c.BurstCalls,
+				float64(c.Loads)/sent, float64(c.Swaps)/sent, float64(c.Watches)/sent, c.StoreErrors)
+			unanswered := make(map[string]int)
+			for _, r := range run.records {
+				if r.Done && !r.Answered {
+					unanswered[r.Err]++
+				}
+			}
+			for err, n := range unanswered {
+				t.Logf("%d calls: %s", n, err)
+			}
+			if c.RateLimited*100 > c.Sent {
+				t.Errorf("%d of %d requests drew a 429, want at most 1%%", c.RateLimited, c.Sent)
+			}
+			// A fleet that stalls sends little and loads little: the
+			// bounds per request sent hold only for one that works.
+			if c.Answered != c.BurstCalls {
+				t.Errorf("%d of %d calls answered, want all: the line drains in some 8 s, and each call has a minute", c.Answered, c.BurstCalls)
+			}
+		})
+	}
+	few, many := perSent[10], perSent[100]
+	if few == 0 || many == 0 {
+		return // a run failed before it counted
+	}
+	t.Logf("loads per request sent: %.2f at 10 callers a worker, %.2f at 100 (%.2f×)", few, many, many/few)
+	if many > 3*few {
+		t.Errorf("loads per request sent: %.2f at 100 callers a worker, more than 3× the %.2f at 10", many, few)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/contrib/pgbreaker"
 )
 
@@ -117,7 +116,7 @@ func TestWatchSilentConnection(t *testing.T) {
 	}
 	proxy.Silence()
 	recv(t, ch, "reconnect after the connection went silent")
-	if ok, err := writer.CompareAndSwap(ctx, key, 0, llmretry.SharedState{Format: 1, Failures: 1}); !ok || err != nil {
+	if ok, err := writer.CompareAndSwap(ctx, key, 0, []byte("1")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
 	recv(t, ch, "a write after the reconnect")

@@ -2,7 +2,6 @@ package pgbreaker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -12,25 +11,53 @@ import (
 // The statements, written out whole so that the package docs can quote
 // them and a DBA can read what runs. Each is one round trip.
 const (
+	// lockSQL serialises every Migrate of the database: two sessions
+	// that create one table at once both find it missing, and the second
+	// fails on the catalog's unique index (pg_type) instead of finding
+	// it there. The lock is a transaction's, so it goes with the
+	// transaction, also when the session dies. Its key is the ASCII
+	// bytes of "llmretry" read as one big-endian bigint.
+	lockSQL = `SELECT pg_advisory_xact_lock(7812731383617434745)`
+
 	// schemaSQL creates the table; it is safe to run again. The version
 	// counts the writes to a row, so that a write can say which state
-	// it replaces (compare-and-swap); the state is the core's, as JSON.
+	// it replaces (compare-and-swap); the state is the core's bytes, as
+	// the core gave them.
 	schemaSQL = `CREATE TABLE IF NOT EXISTS llmretry_breaker (
 	key        text        PRIMARY KEY,
 	version    bigint      NOT NULL,
-	state      jsonb       NOT NULL,
+	state      bytea       NOT NULL,
 	updated_at timestamptz NOT NULL DEFAULT now()
 )`
 
-	// loadSQL reads one backend's row; no row is version 0.
-	loadSQL = `SELECT version, state FROM llmretry_breaker WHERE key = $1`
+	// columnSQL reads the type of the state column of the table that
+	// the statements reach (the first on the search_path): jsonb in a
+	// table that an earlier version of this package made.
+	columnSQL = `SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT attisdropped`
 
-	// swapSQL writes a backend's state only if its row is still at
-	// version $2 (0: there is no row yet), as version $2 + 1, and
-	// notifies every listening process of the key in the same statement,
-	// so that no write goes unannounced and no notice announces a write
-	// that failed (NOTIFY is delivered at commit). It returns one row
-	// when it wrote, none when someone else wrote first.
+	// convertSQL turns an earlier table's JSON states into bytes: the
+	// JSON text, which the core reads as a state of its first format and
+	// starts afresh from, as from a new row. The rows keep their
+	// versions.
+	convertSQL = `ALTER TABLE llmretry_breaker ALTER COLUMN state TYPE bytea USING convert_to(state::text, 'UTF8')`
+
+	// loadSQL reads the rows of the keys in $1; a key without a row is
+	// at version 0. One query serves every key being loaded at the time
+	// (see batch.go).
+	loadSQL = `SELECT key, version, state FROM llmretry_breaker WHERE key = ANY($1::text[])`
+
+	// swapSQL writes each state $3[i] as the row of key $1[i] only if
+	// the row is still at version $2[i] (0: there is no row yet), as
+	// version $2[i] + 1, and notifies every listening process of each
+	// key it wrote in the same statement, so that no write goes
+	// unannounced and no notice announces a write that failed (NOTIFY
+	// is delivered at commit). It returns the keys it wrote; a key it
+	// does not return lost to another write. One statement serves every
+	// key being written at the time (see batch.go), each key at most
+	// once. It takes its rows' locks in the order of their keys, so that
+	// two processes writing the same keys at once wait for each other
+	// rather than deadlock.
 	//
 	// It commits without waiting for the WAL to reach the disk
 	// (synchronous_commit off, for this transaction only): a breaker's
@@ -41,47 +68,103 @@ const (
 	swapSQL = `WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
 w AS (
 	INSERT INTO llmretry_breaker AS b (key, version, state, updated_at)
-	VALUES ($1, $2::bigint + 1, $3, now())
+	SELECT key, version + 1, state, now()
+	FROM unnest($1::text[], $2::bigint[], $3::bytea[]) AS i (key, version, state)
+	ORDER BY key COLLATE "C"
 	ON CONFLICT (key) DO UPDATE
 		SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
-		WHERE b.version = $2::bigint
+		WHERE b.version = EXCLUDED.version - 1
 	RETURNING b.key
 )
-SELECT pg_notify('` + channel + `', w.key) FROM w, nosync`
+SELECT w.key, pg_notify('` + channel + `', w.key) FROM w, nosync`
 )
 
 // Migrate creates the table the store keeps its rows in, if it does not
-// exist yet (see the package docs for its schema). It is idempotent:
-// run it at every start of every process, or once from a deploy step.
-// The error, if any, is the database's, wrapped.
+// exist yet, and converts a table made by an earlier version of this
+// package, whose states were JSON, to the bytes this version keeps (see
+// the package docs). It is idempotent and safe to run from
+// any number of processes at once: each takes the same advisory lock
+// for its one transaction, so they run one after another. Run it at
+// every start of every process, or once from a deploy step. The error,
+// if any, is the database's, wrapped, or says that the table has a state
+// column of a type this package does not keep.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	if _, err := pool.Exec(ctx, schemaSQL); err != nil {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockSQL); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, schemaSQL); err != nil {
+			return err
+		}
+		var typ string
+		if err := tx.QueryRow(ctx, columnSQL).Scan(&typ); err != nil {
+			return fmt.Errorf("reading the type of column state: %w", err)
+		}
+		switch typ {
+		case "bytea":
+			return nil
+		case "jsonb":
+			_, err := tx.Exec(ctx, convertSQL)
+			return err
+		}
+		return fmt.Errorf("column state of llmretry_breaker is %s, want bytea (or jsonb, to convert)", typ)
+	})
+	if err != nil {
 		return fmt.Errorf("pgbreaker: migrate: %w", err)
 	}
 	return nil
 }
 
-// load reads key's row: its version and state, version 0 and a nil state
-// when there is none.
-func load(ctx context.Context, pool *pgxpool.Pool, key string) (version int64, state []byte, err error) {
-	err = pool.QueryRow(ctx, loadSQL, key).Scan(&version, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil, nil
+// loadBatch makes the loads of calls with one query: each call gets its
+// key's version and a state of its own, or the query's error.
+func loadBatch(ctx context.Context, pool *pgxpool.Pool, calls []*call) {
+	keys := make([]string, len(calls))
+	for i, c := range calls {
+		keys[i] = c.key
 	}
-	return version, state, err
+	found := make(map[string]*call, len(calls))
+	rows, err := pool.Query(ctx, loadSQL, keys)
+	if err == nil {
+		var r call
+		_, err = pgx.ForEachRow(rows, []any{&r.key, &r.version, &r.state}, func() error {
+			found[r.key] = &call{version: r.version, state: r.state}
+			r.state = nil // Scan fills a slice it is given: each row gets its own
+			return nil
+		})
+	}
+	for _, c := range calls {
+		if err != nil {
+			c.err = err
+			continue
+		}
+		if r := found[c.key]; r != nil {
+			// A copy each: two calls may load one key, and each caller
+			// may change what it got.
+			c.version, c.state = r.version, append([]byte{}, r.state...)
+		}
+	}
 }
 
-// swap writes state as key's row if the row is still at version old,
-// and reports whether it did.
-func swap(ctx context.Context, pool *pgxpool.Pool, key string, old int64, state []byte) (bool, error) {
-	rows, err := pool.Query(ctx, swapSQL, key, old, state)
-	if err != nil {
-		return false, err
+// swapBatch makes the compare-and-swaps of calls, each of its own key,
+// with one statement: each call learns whether it wrote, or gets the
+// statement's error.
+func swapBatch(ctx context.Context, pool *pgxpool.Pool, calls []*call) {
+	keys := make([]string, len(calls))
+	versions := make([]int64, len(calls))
+	states := make([][]byte, len(calls))
+	for i, c := range calls {
+		keys[i], versions[i], states[i] = c.key, c.version, c.state
 	}
-	n := 0
-	for rows.Next() {
-		n++
+	wrote := make(map[string]bool, len(calls))
+	rows, err := pool.Query(ctx, swapSQL, keys, versions, states)
+	if err == nil {
+		var key string
+		_, err = pgx.ForEachRow(rows, []any{&key, nil}, func() error {
+			wrote[key] = true
+			return nil
+		})
 	}
-	rows.Close()
-	return n == 1, rows.Err()
+	for _, c := range calls {
+		c.ok, c.err = wrote[c.key], err
+	}
 }

@@ -2,9 +2,11 @@ package pgbreaker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -18,8 +20,9 @@ import (
 // end it with [Store.Close]; the zero Store is not usable. It is safe for
 // concurrent use: one Store per process serves all its Breakers.
 type Store struct {
-	pool *pgxpool.Pool
-	l    *listener
+	pool         *pgxpool.Pool
+	l            *listener
+	loads, swaps batcher
 }
 
 // New returns a store that runs its statements on pool's connections,
@@ -28,7 +31,17 @@ type Store struct {
 // a database that is down makes the Breaker's store calls fail, which it
 // counts, not New. Run [Migrate] first, once, so that the table exists.
 func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool, l: newListener(pool.Config().ConnConfig, keepalive, pingTimeout)}
+	return newStore(pool, keepalive, pingTimeout)
+}
+
+// newStore is New with the listening connection's keepalive and ping
+// timeout.
+func newStore(pool *pgxpool.Pool, keepalive, pingTimeout time.Duration) *Store {
+	s := &Store{pool: pool, l: newListener(pool.Config().ConnConfig, keepalive, pingTimeout)}
+	s.loads.run = func(ctx context.Context, calls []*call) { loadBatch(ctx, pool, calls) }
+	s.swaps.run = func(ctx context.Context, calls []*call) { swapBatch(ctx, pool, calls) }
+	s.swaps.distinct = true
+	return s
 }
 
 // Close stops listening, closes its connection and every channel that
@@ -37,41 +50,54 @@ func New(pool *pgxpool.Pool) *Store {
 // with it; Load and CompareAndSwap still run after it, Watch fails.
 func (s *Store) Close() { s.l.close() }
 
-// Load returns the state stored for key and its version: the zero state
-// and version 0 when the key has no row. It runs one SELECT, bounded by
-// ctx; an error is the database's, or the stored state's that does not
-// decode, wrapped.
-func (s *Store) Load(ctx context.Context, key string) (llmretry.SharedState, int64, error) {
-	version, raw, err := load(ctx, s.pool, key)
-	if err != nil {
-		return llmretry.SharedState{}, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
+// Load returns the state stored for key, as the bytes written, and its
+// version: nil and version 0 when the key has no row. Its query is the
+// one of every key being loaded at the time. It returns by the end of
+// ctx; an error is the database's or ctx's, wrapped.
+func (s *Store) Load(ctx context.Context, key string) ([]byte, int64, error) {
+	if err := checkKey(key); err != nil {
+		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
 	}
-	var st llmretry.SharedState
-	if version == 0 {
-		return st, 0, nil
+	c := &call{key: key}
+	if err := s.loads.do(ctx, c); err != nil {
+		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
 	}
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return llmretry.SharedState{}, 0, fmt.Errorf("pgbreaker: load %q: state at version %d: %w", key, version, err)
+	if c.version == 0 {
+		return nil, 0, nil
 	}
-	return st, version, nil
+	return c.state, c.version, nil
 }
 
 // CompareAndSwap stores next for key, as version+1, only if the row is
 // still at version (0: there is no row yet), and then notifies every
-// listening process, all in one statement bounded by ctx. It reports
-// false, with a nil error, when another write came first. An error is the
-// database's, wrapped: the write may or may not have happened (a timeout
-// can come after the commit), which the Breaker's next Load tells.
-func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, next llmretry.SharedState) (bool, error) {
-	raw, err := json.Marshal(next)
-	if err != nil {
+// listening process; its statement is the one of every key being
+// written at the time. It reports false, with a nil error, when another
+// write came first. It returns by the end of ctx, and writes nothing if
+// ctx is done before its statement is sent. An error is the database's
+// or ctx's, wrapped: the write may or may not have happened (a timeout
+// can come after the commit), which the Breaker's next Load tells. It
+// keeps no reference to next.
+func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
+	if err := checkKey(key); err != nil {
 		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
 	}
-	ok, err := swap(ctx, s.pool, key, version, raw)
-	if err != nil {
+	// A copy: the statement may run after the call returns, for the
+	// other calls of its batch. (A nil slice would be sent as NULL.)
+	c := &call{key: key, version: version, state: append([]byte{}, next...)}
+	if err := s.swaps.do(ctx, c); err != nil {
 		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
 	}
-	return ok, nil
+	return c.ok, nil
+}
+
+// checkKey says why key cannot be a row's key: PostgreSQL's text holds
+// neither NUL nor bytes that are not UTF-8, and a key it refused would
+// fail the statement of every other key of its batch.
+func checkKey(key string) error {
+	if !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+		return errors.New("key is not text PostgreSQL can hold (NUL or invalid UTF-8)")
+	}
+	return nil
 }
 
 // errClosed is Watch's error after Close.

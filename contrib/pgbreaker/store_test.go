@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/llmretry/llmretry"
@@ -45,50 +45,18 @@ func TestMigrateTwice(t *testing.T) {
 	}
 }
 
-func TestCompareAndSwap(t *testing.T) {
+// The store keeps the contract every Breaker relies on, checked by the
+// core's own conformance suite on a real database.
+func TestConformance(t *testing.T) {
 	t.Parallel()
-	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_cas"))
-	ctx, key := t.Context(), testKey(t)
-	until := time.Date(2026, 12, 2, 14, 0, 0, 0, time.UTC)
-
-	st, v, err := s.Load(ctx, key)
-	if err != nil || v != 0 || !cmp.Equal(st, llmretry.SharedState{}) {
-		t.Fatalf("Load() of a new key = %+v, %d, %v; want the zero state, 0, nil", st, v, err)
-	}
-	first := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 2}
-	second := llmretry.SharedState{Format: llmretry.SharedFormat, Failures: 3, Until: until, Kind: llmretry.KindTransient, Opened: 1,
-		Report: &llmretry.SharedReport{Sent: until, Read: until, Requests: llmretry.SharedBucket{Known: true, Limit: 8, Remaining: 3, Reset: 375 * time.Millisecond}},
-		Admits: []llmretry.SharedAdmission{{At: until, Seq: 7}}, AdmitSeq: 7}
-	tests := []struct {
-		name    string
-		version int64
-		next    llmretry.SharedState
-		want    bool
-	}{
-		{"first_write", 0, first, true},
-		{"lost_to_the_first", 0, second, false},
-		{"stale_version", 2, second, false},
-		{"next_write", 1, second, true},
-		{"after_it", 1, first, false},
-	}
-	for _, tc := range tests {
-		// In order, not parallel: each case writes on the last.
-		ok, err := s.CompareAndSwap(ctx, key, tc.version, tc.next)
-		if err != nil || ok != tc.want {
-			t.Errorf("%s: CompareAndSwap(version %d) = %v, %v; want %v, nil", tc.name, tc.version, ok, err, tc.want)
-		}
-	}
-	st, v, err = s.Load(ctx, key)
-	if err != nil || v != 2 {
-		t.Fatalf("Load() = version %d, %v; want 2, nil", v, err)
-	}
-	if diff := cmp.Diff(second, st); diff != "" {
-		t.Errorf("Load() state mismatch (-want +got):\n%s", diff)
-	}
+	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_conformance"))
+	llmretrytest.TestBreakerStore(t, testKey(t), func() llmretry.BreakerStore { return s })
 }
 
 // Writers in two processes (two pools), each loading, adding one and
-// swapping until it wins, lose no increment: the swap is atomic.
+// swapping until it wins, lose no increment: the swap is atomic. The
+// writers of one process that write at once at the same version meet in
+// one batch, which may write a key only once.
 func TestCompareAndSwapRace(t *testing.T) {
 	t.Parallel()
 	url := freshSchema(t, pgURL(t), "pgbreaker_race")
@@ -111,8 +79,8 @@ func TestCompareAndSwapRace(t *testing.T) {
 						errs <- err
 						return
 					}
-					st.Format, st.Failures = llmretry.SharedFormat, st.Failures+1
-					ok, err := s.CompareAndSwap(ctx, key, v, st)
+					n, _ := strconv.Atoi(string(st)) // the state is a count, in decimal; no row is 0
+					ok, err := s.CompareAndSwap(ctx, key, v, []byte(strconv.Itoa(n+1)))
 					if err != nil {
 						errs <- err
 						return
@@ -130,8 +98,98 @@ func TestCompareAndSwapRace(t *testing.T) {
 		t.Fatalf("Load or CompareAndSwap = %v", err)
 	}
 	st, v, err := a.Load(ctx, key)
-	if err != nil || st.Failures != writers*each || v != writers*each {
-		t.Errorf("Load() = Failures %d, version %d, %v; want %d, %d, nil", st.Failures, v, err, writers*each, writers*each)
+	if want := strconv.Itoa(writers * each); err != nil || string(st) != want || v != writers*each {
+		t.Errorf("Load() = %q, version %d, %v; want %q, %d, nil", st, v, err, want, writers*each)
+	}
+}
+
+// Two processes writing the same keys at once, many keys to a
+// statement, lose no increment and never deadlock: each statement takes
+// its rows' locks in the order of their keys. Each key is counted up by
+// writers in both processes, whose writes of all keys meet in the same
+// statements in whatever order they come.
+func TestCompareAndSwapManyKeys(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_race_keys")
+	stores := []*pgbreaker.Store{}
+	for range 2 {
+		s, _ := newStore(t, url)
+		stores = append(stores, s)
+	}
+	const keys, writers, each = 64, 2, 5 // writers per key and process
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, keys*writers*len(stores))
+	for k := range keys {
+		key := testKey(t) + "/" + strconv.Itoa(k)
+		for _, s := range stores {
+			for range writers {
+				wg.Go(func() {
+					for range each {
+						if err := increment(ctx, s, key); err != nil {
+							errs <- err
+							return
+						}
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Load or CompareAndSwap = %v", err)
+	}
+	for k := range keys {
+		key := testKey(t) + "/" + strconv.Itoa(k)
+		want := writers * each * len(stores)
+		if st, v, err := stores[0].Load(ctx, key); err != nil || string(st) != strconv.Itoa(want) || v != int64(want) {
+			t.Errorf("Load(%s) = %q, version %d, %v; want %q, %d, nil", key, st, v, err, strconv.Itoa(want), want)
+		}
+	}
+}
+
+// increment adds one to the count in decimal that is key's state,
+// loading and writing until its write wins.
+func increment(ctx context.Context, s *pgbreaker.Store, key string) error {
+	for {
+		st, v, err := s.Load(ctx, key)
+		if err != nil {
+			return err
+		}
+		n, _ := strconv.Atoi(string(st)) // no row is 0
+		ok, err := s.CompareAndSwap(ctx, key, v, []byte(strconv.Itoa(n+1)))
+		if ok || err != nil {
+			return err
+		}
+	}
+}
+
+// A key that PostgreSQL's text cannot hold is refused with an error of
+// its own, and the calls of other keys made at the same time, which may
+// share its statement, still work.
+func TestBadKey(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_bad_key"))
+	ctx := t.Context()
+	for _, key := range []string{"nul\x00key", "latin1 \xe9t\xe9"} {
+		var wg sync.WaitGroup
+		var good error
+		wg.Go(func() { _, good = s.CompareAndSwap(ctx, testKey(t)+"/good", 0, []byte("x")) })
+		_, _, lerr := s.Load(ctx, key)
+		_, serr := s.CompareAndSwap(ctx, key, 0, []byte("x"))
+		wg.Wait()
+		for _, err := range []error{lerr, serr} {
+			if err == nil || !strings.Contains(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), "not text PostgreSQL can hold") {
+				t.Errorf("key %q: error %v, want one that says the key is not text", key, err)
+			}
+		}
+		if good != nil {
+			t.Errorf("CompareAndSwap(good key) = %v, want nil", good)
+		}
+		if _, err := s.CompareAndSwap(ctx, testKey(t)+"/good", 0, nil); err != nil {
+			t.Errorf("CompareAndSwap(good key, again) = %v, want nil", err)
+		}
 	}
 }
 
@@ -172,7 +230,7 @@ func TestWatch(t *testing.T) {
 	case <-ch:
 	default:
 	}
-	if ok, err := writer.CompareAndSwap(ctx, key, 0, llmretry.SharedState{Format: 1, Failures: 1}); !ok || err != nil {
+	if ok, err := writer.CompareAndSwap(ctx, key, 0, []byte("1")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
 	recv(t, ch, "a write in another process")
@@ -186,7 +244,7 @@ func TestWatch(t *testing.T) {
 		t.Fatalf("terminating the listeners = %d, %v; want at least 1", cut, err)
 	}
 	recv(t, ch, "reconnect")
-	if ok, err := writer.CompareAndSwap(ctx, key, 1, llmretry.SharedState{Format: 1, Failures: 2}); !ok || err != nil {
+	if ok, err := writer.CompareAndSwap(ctx, key, 1, []byte("2")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
 	recv(t, ch, "a write after the reconnect")
@@ -264,7 +322,7 @@ func TestCallsBounded(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), "pgbreaker: ") || errors.Is(err, context.DeadlineExceeded) != tc.timeout {
 				t.Errorf("Load() = %v, want a pgbreaker error, a timeout: %v", err, tc.timeout)
 			}
-			if _, err := s.CompareAndSwap(ctx, testKey(t), 0, llmretry.SharedState{Format: 1}); err == nil {
+			if _, err := s.CompareAndSwap(ctx, testKey(t), 0, []byte("x")); err == nil {
 				t.Errorf("CompareAndSwap() = nil error, want one")
 			}
 		})
