@@ -35,6 +35,8 @@ type Attempt struct {
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
 	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
+	Deployment string        // for a backend that is a pool, the deployment the request went to (or whose breaker held it back); empty otherwise
+	Chosen     Chosen        // for a backend that is a pool, why that deployment was chosen; empty otherwise
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure
@@ -380,6 +382,8 @@ var attemptFields = [...]attemptField{
 	durationField("retry_in_ms", nil, func(a *Attempt) *time.Duration { return &a.RetryIn }),
 	boolField("delivered", nil, func(a *Attempt) *bool { return &a.Delivered }),
 	boolField("skipped", func(a *Attempt) bool { return !a.Skipped }, func(a *Attempt) *bool { return &a.Skipped }),
+	stringField("deployment", func(a *Attempt) bool { return a.Deployment == "" }, func(a *Attempt) *string { return &a.Deployment }),
+	stringField("chosen", func(a *Attempt) bool { return a.Chosen == "" }, func(a *Attempt) *string { return (*string)(&a.Chosen) }),
 	{
 		key:  "usage",
 		omit: func(a *Attempt) bool { return a.Usage == nil },

@@ -181,6 +181,27 @@ type Backend[Req, Resp any] struct {
 	// MaxWait and the reserve. When the breaker will not half-open within
 	// the bound, the call does not wait: it stops, with Why [WhyBreaker].
 	Breaker *Breaker
+	// Pool, when set, makes the backend a pool of deployments of one
+	// model, and then Call and Breaker must be nil: each deployment has
+	// its own (see [Deployment]). Each request goes to the deployment that
+	// can take it soonest: of the lowest Tier that has one its Breaker
+	// lets through now, the one with the most headroom by its provider's
+	// freshest rate-limit report (requests and tokens), then the fewest
+	// requests in flight for its Weight, then the first in the pool's
+	// order, so that runs are reproducible. A failure about the
+	// deployment's health or its limits ([KindTransient], [KindTimeout])
+	// sends the request to the next-best deployment at once, before the
+	// policy's next wait and before the chain's next backend; a failure
+	// about the request (a rejection, a truncation, a refusal, a parse
+	// failure) is decided as for any backend: another deployment would
+	// answer it the same way. When every deployment has failed the request
+	// in turn, Retry decides as for any backend, each of its retries again
+	// going to the best deployment. When no deployment can take the
+	// request now, the pool is skipped like a backend whose breaker is
+	// open, or waited for, when it is the last, on the deployment that
+	// will take it soonest. Every record names its deployment
+	// ([Attempt.Deployment]) and why it was chosen ([Attempt.Chosen]).
+	Pool []Deployment[Req, Resp]
 }
 
 // Chain runs its backends in order: it retries within a backend after
@@ -288,52 +309,71 @@ func (b *Backend[Req, Resp]) validate(i int) error {
 	bad := func(what string) error {
 		return &configError{"llmretry: backend " + strconv.Itoa(i) + " (" + modelName(b.Model) + "): " + what}
 	}
-	if b.Call == nil {
+	if len(b.Pool) > 0 {
+		if b.Call != nil || b.Breaker != nil {
+			return bad("a pool's backend has no call or breaker of its own: each deployment has its own")
+		}
+		if err := validatePool(b.Pool, bad); err != nil {
+			return err
+		}
+	} else if b.Call == nil {
 		return bad("call is nil")
 	}
+	if p := b.problem(true); p != "" {
+		return bad(p)
+	}
+	return nil
+}
+
+// problem is what is wrong with b's settings, "" when nothing is: its
+// Timeout, StallTimeout and Breaker, and with policy set its Retry too.
+func (b *Backend[Req, Resp]) problem(policy bool) string {
 	if b.Timeout < 0 {
-		return bad("timeout " + b.Timeout.String() + " is negative")
+		return "timeout " + b.Timeout.String() + " is negative"
 	}
 	if b.StallTimeout < 0 {
-		return bad("stall timeout " + b.StallTimeout.String() + " is negative")
+		return "stall timeout " + b.StallTimeout.String() + " is negative"
 	}
 	if br := b.Breaker; br != nil && (br.Failures < 0 || br.Cooldown < 0) {
-		return bad("breaker failures or cooldown is negative")
+		return "breaker failures or cooldown is negative"
 	}
 	if br := b.Breaker; br != nil && br.Store != nil && br.Key == "" {
 		// Without a key the processes would not know they share a backend.
-		return bad("breaker store has no key")
+		return "breaker store has no key"
 	}
 	if br := b.Breaker; br != nil && (br.StoreTimeout < 0 || br.ProbeLease < 0) {
-		return bad("breaker store timeout or probe lease is negative")
+		return "breaker store timeout or probe lease is negative"
+	}
+	if !policy {
+		return ""
 	}
 	p := &b.Retry
 	for j, w := range p.Waits {
 		if w < 0 {
-			return bad("wait " + strconv.Itoa(j+1) + " is negative")
+			return "wait " + strconv.Itoa(j+1) + " is negative"
 		}
 	}
 	if p.MaxTries < 0 {
-		return bad("max tries " + strconv.Itoa(p.MaxTries) + " is negative")
+		return "max tries " + strconv.Itoa(p.MaxTries) + " is negative"
 	}
 	if math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1 {
-		return bad("jitter " + strconv.FormatFloat(p.Jitter, 'g', -1, 64) + " is outside [0, 1]")
+		return "jitter " + strconv.FormatFloat(p.Jitter, 'g', -1, 64) + " is outside [0, 1]"
 	}
 	// A policy with settings but no waits is almost always a forgotten
 	// Waits list; treating it as "no retries" would hide the mistake.
 	if len(p.Waits) == 0 {
 		switch {
 		case p.Reserve != 0:
-			return bad("reserve is set but waits is empty")
+			return "reserve is set but waits is empty"
 		case p.MaxWait != 0:
-			return bad("max wait is set but waits is empty")
+			return "max wait is set but waits is empty"
 		case p.Jitter != 0:
-			return bad("jitter is set but waits is empty")
+			return "jitter is set but waits is empty"
 		case p.MaxTries != 0:
-			return bad("max tries is set but waits is empty")
+			return "max tries is set but waits is empty"
 		}
 	}
-	return nil
+	return ""
 }
 
 // modelName is the name attempt records and messages use for a model.
@@ -458,28 +498,37 @@ func (r *run[Req, Resp]) now() time.Time {
 // and breaker allow. It returns how the call left the backend, or, with
 // final, Do's result.
 func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp Resp, l left, err error, final bool) {
-	var line *waiter // the call's place in b's breaker's line, from a retry's wait to the next admission
+	var line *waiter // the call's place in its target's breaker's line, from a retry's wait to the next admission
+	var pool *poolRun[Req, Resp]
+	if len(b.Pool) > 0 {
+		pool = newPoolRun(b)
+	}
+	target, chosen := b, choice{}
 	// A backend come back to goes on with its tries and its waits where
 	// it left them: len(Waits) bounds its retries in the call.
 	for try := sentTo(r.attempts, bi) + 1; ; try++ {
 		if err := r.ctx.Err(); err != nil {
-			b.Breaker.leave(line, r.deadline())
+			target.Breaker.leave(line, r.deadline())
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
-		t, skip, ok := r.admit(b, bi, try, line)
+		if pool != nil {
+			target, chosen = pool.target(r.now())
+		}
+		t, skip, ok := r.admit(target, bi, try, line)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
 			// breaker: send nothing, and give the probe, if it was one, to
 			// the next call.
-			if b.Breaker != nil {
-				b.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
+			if target.Breaker != nil {
+				target.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
 			}
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if !ok {
+			pool.name(&skip, chosen)
 			r.hand(skip)
 			if skip.Next == NextStop {
 				r.keep("")
@@ -487,14 +536,20 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			}
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
-		resp, a, end := r.attempt(b, bi, try, req, t)
+		resp, a, end := r.attempt(target, bi, try, req, t)
+		pool.name(&a, chosen)
 		if a.Err == nil {
 			r.keep("")
 			r.notify(a)
 			r.reportUsageUp(a.Usage)
 			return resp, l, nil, true
 		}
-		d := r.decide(b, a, end)
+		d := r.decide(b, a, end, pool.try(a.Try))
+		if pool.hop(r, a, d) {
+			// To the next-best deployment, at once: this one's health or
+			// limits failed the request, not the request itself.
+			d = decision{next: NextRetry, at: end.at}
+		}
 		a.Next, a.Why, a.RetryIn = d.next, d.why, d.wait
 		r.hand(a)
 		switch d.next {
@@ -506,11 +561,15 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 		case NextFailOver:
 			return resp, left{why: d.why, kind: a.Kind}, nil, false
 		}
+		if pool.hopped() {
+			continue
+		}
 		var cut Why
-		if line, cut = r.wait(b, d); cut != "" {
+		if line, cut = r.wait(target, d); cut != "" {
 			r.keep(cut)
 			return resp, l, r.fail(r.ctx.Err(), context.Cause(r.ctx)), true
 		}
+		pool.waited()
 	}
 }
 
@@ -921,8 +980,9 @@ type decision struct {
 }
 
 // decide decides what follows failed attempt a of backend b, which ended
-// as end says.
-func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) decision {
+// as end says; try is the number by which b's policy reads its next wait
+// (a.Try, but for a pool: see poolRun.try).
+func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended, try int) decision {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
@@ -941,7 +1001,7 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) dec
 		why = WhyNested
 	default:
 		var w time.Duration
-		w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at)
+		w, why = r.nextWait(b, try, a.Try, a.RetryAfter, end.at)
 		if why == "" && !r.plan.last(a.Kind) && b.Breaker.openPast(end.at.Add(w)) {
 			// The breaker will still be open when the wait ends: the retry
 			// would only skip, so fail over now rather than after the wait.
@@ -964,15 +1024,17 @@ func giveUp(why Why, last bool) Next {
 }
 
 // nextWait returns the wait before the retry that follows failed try
-// number try, decided at now, or why there is none. hint is the server's
-// retry-after.
-func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try int, hint time.Duration, now time.Time) (time.Duration, Why) {
+// number try, decided at now, or why there is none; sent is the requests
+// sent to the backend so far, which MaxTries bounds (more than try for a
+// pool, whose deployments are tried in turn between the waits). hint is
+// the server's retry-after.
+func (r *run[Req, Resp]) nextWait(b *Backend[Req, Resp], try, sent int, hint time.Duration, now time.Time) (time.Duration, Why) {
 	p := &b.Retry
 	_, hasDeadline := r.ctx.Deadline()
 	n := len(p.Waits)
 	var w time.Duration
 	switch {
-	case p.MaxTries > 0 && try >= p.MaxTries:
+	case p.MaxTries > 0 && sent >= p.MaxTries:
 		return 0, WhyWaitsUsed
 	case try <= n:
 		w = jitter(p.Waits[try-1], p.Jitter)

@@ -373,3 +373,43 @@ func (p *pacing) pace() time.Duration {
 	}
 	return max(r.reset/time.Duration(max(r.limit-r.remaining, 1)), time.Millisecond)
 }
+
+// headroom is the share of the provider's buckets left at now by the
+// freshest report, once the requests let through since are counted: of
+// the requests bucket (R − S, with the next admission and the window's
+// reading as room counts them), the tokens bucket (what it held, less the
+// use of each request let through), and Anthropic's input and output
+// buckets; the least of those the report stated a limit for, in [0, 1].
+// It is 1 when nothing is known: a deployment that has not reported
+// stands as full.
+func (p *pacing) headroom(now time.Time) float64 {
+	h := 1.0
+	if !p.has {
+		return h
+	}
+	share := func(left, limit int64) {
+		if limit > 0 {
+			h = min(h, max(float64(left)/float64(limit), 0))
+		}
+	}
+	s := p.sentSince()
+	if r := p.report.requests; r.known {
+		left := r.remaining - s
+		if !now.Before(p.nextAdmission()) {
+			left++
+		}
+		if w, ok := p.windowRoom(now); ok {
+			left = max(left, w)
+		}
+		share(left, r.limit)
+	}
+	if tk := p.report.tokens; tk.known {
+		share(tk.remaining-s*p.tokenUse, tk.limit)
+	}
+	for _, b := range []bucketReading{p.report.inputTokens, p.report.outputTokens} {
+		if b.known {
+			share(b.remaining, b.limit)
+		}
+	}
+	return h
+}

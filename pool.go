@@ -1,0 +1,310 @@
+package llmretry
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// Deployment is one deployment of a [Backend.Pool]: the same model behind
+// another key, region or kind of capacity (an Azure deployment, a second
+// OpenAI project, provisioned throughput beside pay-as-you-go). Every
+// deployment of a pool must answer a request as well as any other.
+type Deployment[Req, Resp any] struct {
+	// Name names the deployment in the records ([Attempt.Deployment]),
+	// in errors and in telemetry, e.g. "azure-eastus". Required, and
+	// unique within its pool.
+	Name string
+	// Backend is how to call it, as an adapter builds it: its Model,
+	// Call, Timeout, StallTimeout, Provider and Stream serve the
+	// deployment's requests, and its Breaker (required) is the
+	// deployment's health and headroom, shared with every chain that
+	// calls the same deployment (with a Store, under its own Key). Its
+	// Retry is not used: the pool's backend's is.
+	Backend Backend[Req, Resp]
+	// Tier orders the deployments by priority: a request goes to a
+	// deployment of a higher tier only when no deployment of a lower one
+	// can take it now. 0 is the first; provisioned throughput in tier 0
+	// and pay-as-you-go in tier 1 spills over to the latter instead of
+	// drawing a 429.
+	Tier int
+	// Weight is the deployment's share of the requests among deployments
+	// of its tier that stand alike (no headroom reported to tell them
+	// apart): requests in flight are counted per unit of weight. 0 means
+	// 1.
+	Weight int
+}
+
+// Chosen says why a request went to the deployment it did
+// ([Attempt.Chosen]).
+type Chosen string
+
+const (
+	ChosenOnly     Chosen = "only"      // no other deployment could take it now
+	ChosenTier     Chosen = "tier"      // of the lowest tier of those that could take it, and the only one of that tier
+	ChosenHeadroom Chosen = "headroom"  // the most headroom left by its provider's freshest report, of those that could take it
+	ChosenInFlight Chosen = "in_flight" // as much headroom as another, and the fewest requests in flight for its weight
+	ChosenOrder    Chosen = "order"     // standing alike with another: the first in the pool's order
+	ChosenSpill    Chosen = "spill"     // a higher tier: no deployment of a lower one could take it now
+)
+
+// standing is what a deployment's Breaker says of a request that would
+// come to it at now: whether it is let through at once, and if not when
+// it may be; the share of its provider's buckets left once the requests
+// let through are counted (1 when nothing is known); and its requests in
+// flight.
+type standing struct {
+	open     bool
+	until    time.Time
+	headroom float64
+	inFlight int64
+}
+
+// standing reads b's standing at now, as it stands for a call not in its
+// line; with a Store, as this process last saw the fleet's state.
+func (b *Breaker) standing(now time.Time) standing {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.line.advance(now)
+	v := b.rules(now, b.line.waiting()+b.othersAhead(maxTime))
+	s := standing{open: v.pass, until: v.until, headroom: 1, inFlight: b.pacing.inFlight()}
+	if !b.NoPacing {
+		s.headroom = b.pacing.headroom(now)
+	}
+	return s
+}
+
+// choice is a deployment chosen for a request, and why.
+type choice struct {
+	i   int // its index in the pool; -1: no deployment can take the request now
+	why Chosen
+}
+
+// choose picks the deployment of pool that a request coming at now goes
+// to, among those not in tried: of the lowest tier that has a deployment
+// able to take it now, the one with the most headroom, then the fewest in
+// flight for its weight, then the first in the pool's order. When none
+// can take it now it returns the index -1, and the soonest time one may
+// (zero: not known).
+func choose[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.Time) (choice, time.Time) {
+	best := -1
+	var bs standing
+	var soonest time.Time
+	alike, open := 0, 0 // deployments of the best's tier that could take it; and of any tier
+	for i := range pool {
+		if tried[i] {
+			continue
+		}
+		s := pool[i].Backend.Breaker.standing(now)
+		if !s.open {
+			if !s.until.IsZero() && (soonest.IsZero() || s.until.Before(soonest)) {
+				soonest = s.until
+			}
+			continue
+		}
+		open++
+		switch {
+		case best < 0 || pool[i].Tier < pool[best].Tier:
+			best, bs, alike = i, s, 1
+		case pool[i].Tier == pool[best].Tier:
+			alike++
+			if better(s, weight(&pool[i]), bs, weight(&pool[best])) > 0 {
+				best, bs = i, s
+			}
+		}
+	}
+	if best < 0 {
+		return choice{i: -1}, soonest
+	}
+	c := choice{i: best, why: ChosenOnly}
+	switch {
+	case pool[best].Tier > minTier(pool):
+		c.why = ChosenSpill
+	case alike > 1:
+		c.why = reason(pool, tried, now, best, bs)
+	case open > 1:
+		c.why = ChosenTier
+	}
+	return c, time.Time{}
+}
+
+// better compares two deployments' standings for a request, a against b:
+// positive when a should take it. Headroom first, then requests in flight
+// per unit of weight.
+func better(a standing, aw int, b standing, bw int) int {
+	if c := cmp.Compare(a.headroom, b.headroom); c != 0 {
+		return c
+	}
+	// a.inFlight/aw < b.inFlight/bw, without division.
+	return cmp.Compare(b.inFlight*int64(aw), a.inFlight*int64(bw))
+}
+
+// reason is why deployment i, of standing s, won over the others of its
+// tier that could take the request.
+func reason[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.Time, i int, s standing) Chosen {
+	why := ChosenOrder
+	for j := range pool {
+		if j == i || tried[j] || pool[j].Tier != pool[i].Tier {
+			continue
+		}
+		o := pool[j].Backend.Breaker.standing(now)
+		if !o.open {
+			continue
+		}
+		switch {
+		case s.headroom != o.headroom:
+			return ChosenHeadroom
+		case better(s, weight(&pool[i]), o, weight(&pool[j])) != 0:
+			why = ChosenInFlight
+		}
+	}
+	return why
+}
+
+func weight[Req, Resp any](d *Deployment[Req, Resp]) int { return max(d.Weight, 1) }
+
+func minTier[Req, Resp any](pool []Deployment[Req, Resp]) int {
+	m := pool[0].Tier
+	for i := range pool {
+		m = min(m, pool[i].Tier)
+	}
+	return m
+}
+
+// validatePool checks a pool backend's deployments; bad names the backend.
+func validatePool[Req, Resp any](pool []Deployment[Req, Resp], bad func(string) error) error {
+	seen := make(map[string]bool, len(pool))
+	for i := range pool {
+		d := &pool[i]
+		what := "deployment " + strconv.Itoa(i)
+		switch {
+		case d.Name == "":
+			return bad(what + " has no name")
+		case seen[d.Name]:
+			return bad(what + " (" + d.Name + "): another deployment has the same name")
+		case d.Backend.Call == nil:
+			return bad(what + " (" + d.Name + "): call is nil")
+		case d.Backend.Breaker == nil:
+			return bad(what + " (" + d.Name + "): breaker is nil: a pool chooses by each deployment's breaker")
+		case d.Tier < 0 || d.Weight < 0:
+			return bad(what + " (" + d.Name + "): tier or weight is negative")
+		}
+		seen[d.Name] = true
+		if p := d.Backend.problem(false); p != "" {
+			return bad(what + " (" + d.Name + "): " + p)
+		}
+	}
+	return nil
+}
+
+// poolRun is a pool backend's part in one call: its deployments as
+// backends of their own under the pool's policy, those a request went to
+// since the last wait, and the waits taken.
+type poolRun[Req, Resp any] struct {
+	b        *Backend[Req, Resp]
+	backends []Backend[Req, Resp]
+	tried    []bool
+	cur      int  // the deployment of the last request
+	waits    int  // the policy's waits taken so far in the call
+	hopping  bool // the last failure goes on to the next deployment at once
+}
+
+func newPoolRun[Req, Resp any](b *Backend[Req, Resp]) *poolRun[Req, Resp] {
+	p := &poolRun[Req, Resp]{b: b, backends: make([]Backend[Req, Resp], len(b.Pool)), tried: make([]bool, len(b.Pool))}
+	for i := range b.Pool {
+		p.backends[i] = b.Pool[i].Backend
+		p.backends[i].Retry = b.Retry // the pool's policy, for the bounds of its waits
+	}
+	return p
+}
+
+// target is the deployment the next request goes to, as a backend, and
+// why: the best that can take it now; when none can, the one that may
+// soonest, whose breaker then holds the request back (a skip, or a wait
+// when the pool is the last backend).
+func (p *poolRun[Req, Resp]) target(now time.Time) (*Backend[Req, Resp], choice) {
+	c, _ := choose(p.b.Pool, p.tried, now)
+	if c.i < 0 {
+		c = choice{i: p.soonest(now)}
+	}
+	p.cur = c.i
+	return &p.backends[c.i], c
+}
+
+// soonest is the deployment not tried since the last wait (any, when all
+// were) that may take a request soonest, the first in order on a tie.
+func (p *poolRun[Req, Resp]) soonest(now time.Time) int {
+	best, at := -1, time.Time{}
+	all := !slices.Contains(p.tried, false)
+	for i := range p.b.Pool {
+		if p.tried[i] && !all {
+			continue
+		}
+		s := p.b.Pool[i].Backend.Breaker.standing(now)
+		if best < 0 || (!s.until.IsZero() && (at.IsZero() || s.until.Before(at))) {
+			best, at = i, s.until
+		}
+	}
+	return best
+}
+
+// name writes the deployment of the last request, and why it was chosen,
+// into its record a. A nil p writes nothing.
+func (p *poolRun[Req, Resp]) name(a *Attempt, c choice) {
+	if p == nil {
+		return
+	}
+	a.Deployment, a.Chosen = p.b.Pool[p.cur].Name, c.why
+}
+
+// try is the try number by which the pool's policy reads its next wait:
+// the waits taken, plus one, since the requests sent on to the next
+// deployment at once take none. For a backend that is no pool, sent.
+func (p *poolRun[Req, Resp]) try(sent int) int {
+	if p == nil {
+		return sent
+	}
+	return p.waits + 1
+}
+
+// hop reports whether failed attempt a, for which the chain decided d,
+// goes on at once to the next-best deployment that can take the request
+// now: a failure about the deployment's health or limits, in a call that
+// retries (not nested), with MaxTries and the reserve allowing another
+// request, and another deployment to take it. A nil p is no pool.
+func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool {
+	if p == nil {
+		return false
+	}
+	p.hopping = false
+	switch {
+	case !aboutHealth(a.Kind) || r.nested:
+		return false
+	case d.why == WhyCancelled || d.why == WhyDeadline || d.why == WhyDelivered:
+		return false
+	case p.b.Retry.MaxTries > 0 && a.Try >= p.b.Retry.MaxTries:
+		return false
+	case !r.fits(&p.b.Retry, 0, d.at):
+		return false
+	}
+	p.tried[p.cur] = true
+	if c, _ := choose(p.b.Pool, p.tried, d.at); c.i < 0 {
+		return false
+	}
+	p.hopping = true
+	return true
+}
+
+// hopped reports whether the last failure went on to the next deployment.
+func (p *poolRun[Req, Resp]) hopped() bool { return p != nil && p.hopping }
+
+// waited records a wait of the pool's policy taken: every deployment may
+// be tried again.
+func (p *poolRun[Req, Resp]) waited() {
+	if p == nil {
+		return
+	}
+	p.waits++
+	clear(p.tried)
+}

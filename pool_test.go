@@ -1,0 +1,234 @@
+package llmretry_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmretry/llmretry"
+)
+
+// The tests in this file hold a Backend's Pool to its rules, in virtual
+// time: which deployment each request goes to, and why.
+
+// deployment is a pool's deployment named name, answering through d,
+// with a Breaker of its own, in tier.
+func deployment(name string, d *desk, tier int) llmretry.Deployment[string, string] {
+	return llmretry.Deployment[string, string]{
+		Name: name, Tier: tier,
+		Backend: backend{Model: "gpt-4o", Call: d.Call, Breaker: &llmretry.Breaker{}},
+	}
+}
+
+// reporting is a desk's call that reports limit requests, remaining
+// left, full again in reset, on every answer.
+func reporting(d *desk, limit, remaining int, reset time.Duration) func(context.Context, string) (string, error) {
+	return func(ctx context.Context, req string) (string, error) {
+		llmretry.ReportLimits(ctx, limitHeader(limit, remaining, reset))
+		return d.Call(ctx, req)
+	}
+}
+
+// where is each record's deployment, and why it was chosen.
+func where(recs []llmretry.Attempt) []string {
+	var out []string
+	for _, a := range recs {
+		s := a.Deployment + ":" + string(a.Chosen)
+		if a.Err != nil || a.Skipped {
+			s += ":" + a.Kind.String()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// A request goes to the deployment with the most headroom by its
+// provider's freshest report: here b reports more requests left than a,
+// so the next request goes to b, and the record says why.
+func TestPoolChoosesByHeadroom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		pa.Backend.Call = reporting(da, 100, 10, time.Minute)
+		pb.Backend.Call = reporting(db, 100, 60, time.Minute)
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}, OnAttempt: rec.on}
+		for _, req := range []string{"first", "second", "third"} {
+			if _, err := c.Do(t.Context(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Before any report both stand alike: the first in order. Then
+		// a has 10% left and b (unknown) stands as full; then b 60%.
+		want := []string{"a:order", "b:headroom", "b:headroom"}
+		if diff := cmp.Diff(want, where(rec.recs)); diff != "" {
+			t.Errorf("deployments (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// A request goes to a higher tier only when no deployment of a lower one
+// can take it now: here the provisioned deployment (tier 0) reports no
+// request left, the next one 10 s away, so the request right after the
+// first spills over to pay-as-you-go (tier 1), and the one after 10 s
+// goes to provisioned again.
+func TestPoolSpillsOverByTier(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dp, dg := newDesk("provisioned", takes(0)), newDesk("paygo", takes(0))
+		pp, pg := deployment("provisioned", dp, 0), deployment("paygo", dg, 1)
+		pp.Backend.Call = reporting(dp, 10, 0, 100*time.Second) // empty, one more every 10 s
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pg, pp}}}, OnAttempt: rec.on}
+		for _, req := range []string{"first", "second", "", "third"} {
+			if req == "" {
+				time.Sleep(10 * sec)
+				continue
+			}
+			if _, err := c.Do(t.Context(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{"provisioned:tier", "paygo:spill", "provisioned:tier"}
+		if diff := cmp.Diff(want, where(rec.recs)); diff != "" {
+			t.Errorf("deployments (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// A failure about a deployment's health sends the request on to the
+// next-best deployment at once, before the chain's next backend and
+// before any of the policy's waits; the record says retry, at once.
+func TestPoolFailsOverWithinThePool(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("overloaded"))
+		da, db := newDesk("a", takes(100*ms, down)), newDesk("b", takes(100*ms))
+		next := newDesk("next", takes(0))
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{
+			{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{deployment("a", da, 0), deployment("b", db, 0)},
+				Retry: llmretry.Policy{Waits: []time.Duration{10 * sec}}},
+			{Model: "other", Call: next.Call},
+		}, OnAttempt: rec.on}
+		got, err := c.Do(t.Context(), "r")
+		if err != nil || got != "b: r" {
+			t.Fatalf("Do() = %q, %v, want b's answer", got, err)
+		}
+		if diff := cmp.Diff([]string{"a:order:transient", "b:only"}, where(rec.recs)); diff != "" {
+			t.Errorf("deployments (-want +got):\n%s", diff)
+		}
+		if a := rec.recs[0]; a.Next != llmretry.NextRetry || a.RetryIn != 0 {
+			t.Errorf("first record: Next %q, RetryIn %v; want retry at once", a.Next, a.RetryIn)
+		}
+		if diff := cmp.Diff([]sent{{100 * ms, "r"}}, db.log()); diff != "" {
+			t.Errorf("requests to b (-want +got):\n%s", diff)
+		}
+		if next.log() != nil {
+			t.Errorf("the chain's next backend got %v, want nothing", next.log())
+		}
+	})
+}
+
+// A failure about the request is not retried across the pool: another
+// deployment would answer it the same way.
+func TestPoolDoesNotRetryTheRequestsFault(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+	}{
+		{"rejected", llmretry.StatusFailure(http.StatusBadRequest, nil, errors.New("bad request"))},
+		{"truncated", llmretry.Truncation("cut")},
+		{"refused", llmretry.Refusal("content_filter")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				da, db := newDesk("a", takes(0, tc.err)), newDesk("b", takes(0))
+				c := &chain{Backends: []backend{{Model: "gpt-4o",
+					Pool: []llmretry.Deployment[string, string]{deployment("a", da, 0), deployment("b", db, 0)}}}}
+				if _, err := c.Do(t.Context(), "r"); err == nil {
+					t.Fatal("Do() = nil error, want the request's failure")
+				}
+				if db.log() != nil {
+					t.Errorf("b got %v, want nothing: the failure was the request's", db.log())
+				}
+			})
+		})
+	}
+}
+
+// Without reports to tell them apart, concurrent requests go to the
+// deployment with the fewest in flight for its weight: 30 at once over a
+// of weight 2 and b of weight 1 give a 20 and b 10.
+func TestPoolSpreadsByWeight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(sec)), newDesk("b", takes(sec))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		pa.Weight = 2
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}}
+		var wg sync.WaitGroup
+		for range 30 {
+			wg.Go(func() { c.Do(t.Context(), "r") })
+			synctest.Wait() // one at a time, each seeing the others in flight
+		}
+		wg.Wait()
+		if a, b := len(da.log()), len(db.log()); a != 20 || b != 10 {
+			t.Errorf("requests: a %d, b %d; want 20 and 10", a, b)
+		}
+	})
+}
+
+// A pool with no deployment able to take the request now is skipped like
+// a backend whose breaker is open, and its record names the deployment
+// that holds the request back.
+func TestPoolSkippedWhenNoDeploymentCanTakeIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		tripFor(t, pa.Backend.Breaker, 30*sec)
+		tripFor(t, pb.Backend.Breaker, 20*sec)
+		next := newDesk("next", takes(0))
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{
+			{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}},
+			{Model: "other", Call: next.Call},
+		}, OnAttempt: rec.on}
+		if got, err := c.Do(t.Context(), "r"); err != nil || got != "next: r" {
+			t.Fatalf("Do() = %q, %v, want the next backend's answer", got, err)
+		}
+		if got := rec.recs[0]; !got.Skipped || got.Deployment != "b" || got.Next != llmretry.NextFailOver {
+			t.Errorf("first record = %+v, want a skip naming b (open the shortest), failing over", got)
+		}
+	})
+}
+
+// A pool is set up right or not at all.
+func TestPoolValidate(t *testing.T) {
+	d := newDesk("a", takes(0))
+	ok := func() llmretry.Deployment[string, string] { return deployment("a", d, 0) }
+	tests := []struct {
+		name string
+		b    backend
+		want string
+	}{
+		{"no_name", backend{Pool: []llmretry.Deployment[string, string]{{Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}}}}}, "deployment 0 has no name"},
+		{"same_name", backend{Pool: []llmretry.Deployment[string, string]{ok(), ok()}}, "deployment 1 (a): another deployment has the same name"},
+		{"no_breaker", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Backend: backend{Call: d.Call}}}}, "deployment 0 (a): breaker is nil"},
+		{"own_call", backend{Call: d.Call, Pool: []llmretry.Deployment[string, string]{ok()}}, "a pool's backend has no call or breaker of its own"},
+		{"negative_tier", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Tier: -1, Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}}}}}, "tier or weight is negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &chain{Backends: []backend{tc.b}}
+			err := c.Validate()
+			if !errors.Is(err, llmretry.ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate() = %v, want an ErrConfig saying %q", err, tc.want)
+			}
+		})
+	}
+}
