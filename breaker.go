@@ -222,12 +222,12 @@ type verdict struct {
 // rules applies the Breaker's rules to a call that wants to send at now
 // with k calls ahead of it in line; it leaves the state as it is. b.mu is
 // held.
-func (b *Breaker) rules(now time.Time, k int) verdict {
+func (b *Breaker) rules(now time.Time, k int, c cost) verdict {
 	h := &b.health
 	switch {
 	case h.until.IsZero():
 		if !b.NoPacing {
-			if held, until := b.pacing.hold(now, int64(k)); held {
+			if held, until := b.pacing.hold(now, int64(k), c); held {
 				return verdict{paced: true, kind: KindTransient, hinted: true, until: until}
 			}
 		}
@@ -245,9 +245,9 @@ func (b *Breaker) rules(now time.Time, k int) verdict {
 // letThrough counts a request let through at now by verdict v, and
 // returns v with its ticket. With a Store the request counts in this
 // process's entry, and a probe holds a lease. b.mu is held.
-func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
+func (b *Breaker) letThrough(now time.Time, v verdict, c cost) verdict {
 	probe := v.t.probe
-	v.t = b.pacing.admit(now, !b.NoPacing)
+	v.t = b.pacing.admit(now, !b.NoPacing, c)
 	v.t.probe = probe
 	if probe {
 		b.health.probing = true
@@ -268,9 +268,9 @@ func (b *Breaker) letThrough(now time.Time, v verdict) verdict {
 // kept from the wait before a retry, or nil; deadline is the call's (zero:
 // none), which bounds what it waits for a Store. A call let through takes
 // its place out of line; one held back keeps it, for wait or leave.
-func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time) verdict {
+func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time, c cost) verdict {
 	if b.Store != nil {
-		return b.fleetAdmit(now, w, deadline)
+		return b.fleetAdmit(now, w, deadline, c)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -279,7 +279,7 @@ func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time) verdict {
 		w.granted = false
 		return verdict{pass: true, t: w.t}
 	}
-	v, take := b.answer(now, w)
+	v, take := b.answer(now, w, c)
 	if take {
 		b.remove(w)
 	}
@@ -290,14 +290,14 @@ func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time) verdict {
 // line (nil: none), once the line has had its turn: it counts the
 // request when it is let through, and reports whether w then leaves the
 // line. It does not change the line. b.mu is held.
-func (b *Breaker) answer(now time.Time, w *waiter) (v verdict, take bool) {
+func (b *Breaker) answer(now time.Time, w *waiter, c cost) (v verdict, take bool) {
 	first := b.line.first()
 	switch {
 	case w == nil || w.gone:
 		// Not in line: after every call in it.
-		v = b.rules(now, b.line.waiting()+b.othersAhead(maxTime))
+		v = b.rules(now, b.line.waiting()+b.othersAhead(maxTime), c)
 	case first == w:
-		v = b.rules(now, b.othersAhead(w.start))
+		v = b.rules(now, b.othersAhead(w.start), c)
 		if v.pass && now.Before(b.line.gate) {
 			return verdict{turn: true, until: b.line.gate}, false
 		}
@@ -306,21 +306,21 @@ func (b *Breaker) answer(now time.Time, w *waiter) (v verdict, take bool) {
 		// otherwise by the calls ahead of it; when they leave it room, its
 		// turn comes after theirs.
 		others := b.othersAhead(w.start)
-		if v = b.rules(now, others); !v.pass {
+		if v = b.rules(now, others, c); !v.pass {
 			return v, false
 		}
-		limit := int(min(max(b.pacing.room(now), 0), int64(b.line.waiting())))
+		limit := int(min(max(b.pacing.room(now, c), 0), int64(b.line.waiting())))
 		if b.NoPacing {
 			limit = 0
 		}
-		if v = b.rules(now, others+b.line.queue.countBefore(w, limit)); v.pass {
+		if v = b.rules(now, others+b.line.queue.countBefore(w, limit), c); v.pass {
 			return verdict{turn: true, until: b.line.gate}, false
 		}
 	}
 	if !v.pass {
 		return v, false
 	}
-	return b.letThrough(now, v), w != nil && !w.gone
+	return b.letThrough(now, v, c), w != nil && !w.gone
 }
 
 // wait puts the call in line as a waiting one, until end at most: w is
@@ -329,21 +329,21 @@ func (b *Breaker) answer(now time.Time, w *waiter) (v verdict, take bool) {
 // closed when the call is let through ([Breaker.claim]) or dismissed
 // (its turn cannot come by end, or, for a call waiting only for its
 // turn, the breaker stopped letting the line go).
-func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time) *waiter {
+func (b *Breaker) wait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time, c cost) *waiter {
 	if b.Store != nil {
-		return b.fleetWait(now, w, start, end, v, deadline)
+		return b.fleetWait(now, w, start, end, v, deadline, c)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	w = b.stand(now, w, start, end, v)
+	w = b.stand(now, w, start, end, v, c)
 	b.dispatch(now)
 	return w
 }
 
 // stand is wait's change to the line; b.mu is held.
-func (b *Breaker) stand(now time.Time, w *waiter, start, end time.Time, v verdict) *waiter {
+func (b *Breaker) stand(now time.Time, w *waiter, start, end time.Time, v verdict, c cost) *waiter {
 	if w == nil || w.gone {
-		w = b.line.join(start, now)
+		w = b.line.join(start, now, c)
 		b.line.advance(now)
 	}
 	w.end, w.v, w.done, w.over = end, v, make(chan struct{}), false
@@ -425,10 +425,10 @@ func (b *Breaker) remove(w *waiter) {
 // join puts a call begun at start in the line, to come to the breaker at
 // ready, the end of the wait before its retry: a call coming back after
 // a retry-after goes before those that began later.
-func (b *Breaker) join(start, ready time.Time) *waiter {
+func (b *Breaker) join(start, ready time.Time, c cost) *waiter {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.line.join(start, ready)
+	return b.line.join(start, ready, c)
 }
 
 // observe records how an attempt the breaker let through with ticket t
@@ -450,7 +450,7 @@ func (b *Breaker) observe(now time.Time, t ticket, o outcome, cb callBounds) {
 // its lease ran out another may probe, and this late outcome must not end
 // that one's.
 func (b *Breaker) settle(now time.Time, t ticket, o outcome) {
-	b.pacing.settle(now, t, o.rep, o.hasRep)
+	b.pacing.settle(now, t, o.rep, o.hasRep, o.used)
 	probe := t.probe
 	if f := b.fleet; f != nil && b.Store != nil {
 		probe = probe && f.probe == b.probeName(t)
@@ -485,11 +485,11 @@ func (b *Breaker) turn(now time.Time) lineTurn {
 	if w == nil || now.Before(b.line.gate) {
 		return lineTurn{}
 	}
-	v := b.rules(now, b.othersAhead(w.start))
+	v := b.rules(now, b.othersAhead(w.start), w.cost)
 	if !v.pass {
 		return lineTurn{over: b.dismissals(v), why: v}
 	}
-	v = b.letThrough(now, v)
+	v = b.letThrough(now, v, w.cost)
 	if b.line.waiting() > 1 || b.othersAhead(maxTime) > 0 {
 		// The next in line goes no sooner than a handOff later.
 		b.line.gate = now.Add(handOff)

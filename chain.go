@@ -117,6 +117,16 @@ type Backend[Req, Resp any] struct {
 	// telemetry (gen_ai.request.stream); the streaming adapters set it.
 	// The chain does not read it.
 	Stream bool
+	// Estimate, when set, says what a request will use before it is sent:
+	// its input tokens as estimated from the request, and its output
+	// budget (the request's max tokens). The backend's Breaker then counts
+	// it against the provider's token buckets from the moment the request
+	// is let through until the provider's next report says what was used,
+	// so that a burst of large requests does not overshoot a
+	// tokens-per-minute limit before the first report comes back. The
+	// adapters set it. nil means not known: the Breaker learns a request's
+	// use from the reports.
+	Estimate func(req Req) Usage
 	// Call sends one request. It receives a context carrying the chain's
 	// attempt mark; pass that context on (to the HTTP request, to a nested
 	// Chain) so that deadlines, cancellation, [Delivered] and nesting work.
@@ -376,6 +386,15 @@ func (b *Backend[Req, Resp]) problem(policy bool) string {
 	return ""
 }
 
+// cost is what b's Estimate says req will use; not known without one.
+func (b *Backend[Req, Resp]) cost(req Req) cost {
+	if b.Estimate == nil {
+		return cost{}
+	}
+	u := b.Estimate(req)
+	return cost{in: max(u.InputTokens, 0), out: max(u.OutputTokens, 0)}
+}
+
 // modelName is the name attempt records and messages use for a model.
 func modelName(model string) string {
 	if model == "" {
@@ -501,7 +520,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 	var line *waiter // the call's place in its target's breaker's line, from a retry's wait to the next admission
 	var pool *poolRun[Req, Resp]
 	if len(b.Pool) > 0 {
-		pool = newPoolRun(b)
+		pool = newPoolRun(b, req)
 	}
 	target, chosen := b, choice{}
 	// A backend come back to goes on with its tries and its waits where
@@ -515,7 +534,8 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 		if pool != nil {
 			target, chosen = pool.target(r.now())
 		}
-		t, skip, ok := r.admit(target, bi, try, line)
+		c := target.cost(req)
+		t, skip, ok := r.admit(target, bi, try, line, c)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
@@ -565,7 +585,7 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			continue
 		}
 		var cut Why
-		if line, cut = r.wait(target, d); cut != "" {
+		if line, cut = r.wait(target, d, c); cut != "" {
 			r.keep(cut)
 			return resp, l, r.fail(r.ctx.Err(), context.Cause(r.ctx)), true
 		}
@@ -602,6 +622,9 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t 
 	resp, a, end := r.send(b, bi, try, req)
 	finished = true
 	o := outcome{ok: a.Err == nil, kind: a.Kind, hint: a.RetryAfter, rep: end.limits, hasRep: end.hasLimits}
+	if u := a.Usage; u != nil {
+		o.used = cost{in: u.InputTokens, out: u.OutputTokens}
+	}
 	if end.ctxErr != nil {
 		// The caller's own cancel or deadline ended it: that says
 		// nothing about the backend's health, though its rate-limit
@@ -689,13 +712,13 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 // ends, as a skip whose Next is retry and RetryIn the time waited. line
 // is the call's place in the breaker's line, kept over the wait before
 // this retry; nil when none.
-func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter) (t ticket, skip Attempt, ok bool) {
+func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter, c cost) (t ticket, skip Attempt, ok bool) {
 	br := b.Breaker
 	if br == nil {
 		return t, skip, true
 	}
 	now := r.now()
-	v := br.admit(now, line, r.deadline())
+	v := br.admit(now, line, r.deadline(), c)
 	if v.pass {
 		return v.t, skip, true
 	}
@@ -715,7 +738,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter)
 		} else {
 			end = now.Add(maxOpen) // its turn comes a handOff after the call ahead of it
 		}
-		w := br.wait(now, line, r.start, end, v, r.deadline())
+		w := br.wait(now, line, r.start, end, v, r.deadline(), c)
 		line = w
 		// The breaker ends the wait: it lets the call through, or
 		// dismisses it when its turn cannot come by end (at end itself
@@ -1127,7 +1150,7 @@ func (r *run[Req, Resp]) reserveOf(p *Policy) time.Duration {
 // wait, measured from the decision, ends (OnAttempt's time is part of
 // it), and returns the call's place in the breaker's line. It returns why
 // instead when the caller's context ended first.
-func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*waiter, Why) {
+func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision, c cost) (*waiter, Why) {
 	if err := r.ctx.Err(); err != nil {
 		return nil, whyCtx(err)
 	}
@@ -1137,7 +1160,7 @@ func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision) (*waiter, Why) 
 		// In the breaker's line from now, to come to it when the wait
 		// ends: a call coming back after a retry-after goes before those
 		// that began later.
-		line = b.Breaker.join(r.start, ready)
+		line = b.Breaker.join(r.start, ready, c)
 	}
 	if d.wait == 0 {
 		return line, "" // no timer for a zero wait

@@ -70,6 +70,7 @@ type request struct {
 	kind     requestKind
 	now      time.Time
 	w        *waiter   // admit: the call's place in line; nil: not in line
+	cost     cost      // admit: what the request is estimated to use
 	t        ticket    // observe
 	o        outcome   // observe
 	deadline time.Time // the caller's, which bounds the store calls; zero: none
@@ -108,8 +109,8 @@ func (b *Breaker) probeExpiry() time.Time {
 }
 
 // fleetAdmit is admit with a Store.
-func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time) verdict {
-	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline}
+func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cost) verdict {
+	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline, cost: c}
 	if !b.await(r) {
 		return verdict{} // its deadline came first: held back, which the call then finds
 	}
@@ -118,9 +119,9 @@ func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time) verdi
 
 // fleetWait is wait with a Store: the call stands in this process's
 // line, and the fleet's through this process's entry.
-func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time) *waiter {
+func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v verdict, deadline time.Time, c cost) *waiter {
 	b.mu.Lock()
-	w = b.stand(now, w, start, end, v)
+	w = b.stand(now, w, start, end, v, c)
 	b.fleetOf()
 	b.watchAsNeeded()
 	b.mu.Unlock()
@@ -468,7 +469,9 @@ func (b *Breaker) adopt(st shared, ver int64, now time.Time) {
 		f.probe, f.probeAt = st.ProbeOwner, st.ProbeUntil
 	}
 	p := &b.pacing
-	*p = pacing{reportSeq: st.ReportSeq, reportBase: st.ReportBase, admitted: st.Admitted, back: st.Back, tokenUse: st.TokenUse}
+	*p = pacing{reportSeq: st.ReportSeq, reportBase: st.ReportBase, admitted: st.Admitted, back: st.Back, tokenUse: st.TokenUse,
+		est: st.Est, estBack: st.EstBack, reportEst: st.ReportEst, reportOwn: st.ReportOwn,
+		over: st.Over, reportOver: st.ReportOver, reportOwnOver: st.OwnOver}
 	if st.Report != nil {
 		p.report, p.has = st.Report.limitReport(), true
 	}
@@ -493,6 +496,8 @@ func (b *Breaker) view() shared {
 	st := shared{
 		Fails: h.fails, Until: h.until, Kind: h.kind, Hinted: h.hinted, Opened: h.opened,
 		ReportSeq: p.reportSeq, ReportBase: p.reportBase, Admitted: p.admitted, Back: p.back, TokenUse: p.tokenUse,
+		Est: p.est, EstBack: p.estBack, ReportEst: p.reportEst, ReportOwn: p.reportOwn,
+		Over: p.over, ReportOver: p.reportOver, OwnOver: p.reportOwnOver,
 		Recent: slices.Clone(p.recent.at), Folded: p.recent.folded, FoldedAt: p.recent.foldedAt,
 		Gate:  b.line.gate,
 		Procs: slices.Clone(f.procs),
@@ -549,6 +554,7 @@ func material(st shared, id string) shared {
 	}
 	if st.Report == nil {
 		st.Admitted, st.Back, st.Recent, st.Folded, st.FoldedAt = 0, 0, nil, 0, time.Time{}
+		st.Est, st.EstBack, st.Over = costs{}, costs{}, costs{}
 	}
 	return st
 }
@@ -623,7 +629,7 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 			d.turn.let = nil
 			d.takes = append(d.takes, w)
 		default:
-			v, take := b.answer(now, w)
+			v, take := b.answer(now, w, r.cost)
 			r.v = v
 			if take {
 				d.takes = append(d.takes, w)
@@ -644,7 +650,7 @@ func (b *Breaker) apply(c change) {
 		// A request let through while the store failed: the fleet
 		// counts it in flight from now.
 		if c.t.local {
-			b.pacing.admit(c.at, !b.NoPacing)
+			b.pacing.admit(c.at, !b.NoPacing, c.t.cost)
 			e.InFlight++
 		}
 		return
@@ -653,7 +659,7 @@ func (b *Breaker) apply(c change) {
 	if t.local {
 		// Numbered by this process alone: S counts from the fleet's
 		// requests in flight now.
-		t.seq, t.base = b.pacing.admitted, b.pacing.back
+		t.seq, t.base, t.estBase, t.overBase = b.pacing.admitted, b.pacing.back, b.pacing.estBack, b.pacing.over
 	}
 	e.InFlight = max(e.InFlight-1, 0)
 	b.settle(c.at, t, c.o)
@@ -807,7 +813,7 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 		f.listen = true
 		next = f.probeAt
 	default:
-		held, until := b.pacing.hold(now, int64(ahead))
+		held, until := b.pacing.hold(now, int64(ahead), w.cost)
 		switch {
 		case b.NoPacing || !held:
 			// Others ahead are let go first, a handOff apart.

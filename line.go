@@ -22,6 +22,7 @@ type waiter struct {
 	seq   uint64    // orders calls begun at the same time
 	ready time.Time // when it comes to the breaker: until then it holds no one up
 	end   time.Time // the latest it waits; zero while it does not wait (a retry's wait)
+	cost  cost      // what its request is estimated to use
 
 	// Its places in the Breaker's heaps; -1 when not in one.
 	pendingAt, lineAt, endAt int
@@ -217,9 +218,9 @@ const handOff = time.Millisecond
 
 // join puts a call begun at start in the line, to come to the breaker
 // at ready.
-func (l *line) join(start, ready time.Time) *waiter {
+func (l *line) join(start, ready time.Time, c cost) *waiter {
 	l.seq++
-	w := &waiter{start: start, seq: l.seq, ready: ready, pendingAt: -1, lineAt: -1, endAt: -1}
+	w := &waiter{start: start, seq: l.seq, ready: ready, cost: c, pendingAt: -1, lineAt: -1, endAt: -1}
 	l.pending.push(w)
 	return w
 }

@@ -33,26 +33,64 @@ type pacing struct {
 	back       uint64 // outcomes of them observed so far
 	recent     recent // when requests were let through after the report's own, while there is a report
 	tokenUse   int64  // tokens a request uses, as the reports' drop says; 0 until known
+
+	// What the requests let through were estimated to use (their
+	// Backend's Estimate), counted as admitted and back are: S in tokens
+	// is est − reportEst − reportOwn, the estimates of the requests S
+	// counts.
+	est, estBack         costs
+	reportEst, reportOwn costs // estBack when the report's request was let through, and its own estimate
+	// over sums what the requests back with their usage were estimated
+	// beyond it: S's estimates are settled by it once their answers say
+	// what they used.
+	over, reportOver, reportOwnOver costs
 }
+
+// cost is what one request is estimated to use of the provider's token
+// buckets before it is sent; the zero cost is not known.
+type cost struct{ in, out int64 }
+
+func (c cost) known() bool { return c.in > 0 || c.out > 0 }
+
+// costs sums the estimates of requests: how many had one, and their
+// input and output tokens.
+type costs struct{ N, In, Out int64 }
+
+func (a costs) plus(c cost) costs {
+	if !c.known() {
+		return a
+	}
+	return costs{a.N + 1, a.In + c.in, a.Out + c.out}
+}
+
+func (a costs) minus(b costs) costs { return costs{a.N - b.N, a.In - b.In, a.Out - b.Out} }
+
+// beyond is what estimate c said beyond what was used, u.
+func (c cost) beyond(u cost) cost { return cost{max(c.in-u.in, 0), max(c.out-u.out, 0)} }
 
 // ticket is an admission: what a Breaker hands a request it lets
 // through, and the request hands back with its outcome.
 type ticket struct {
-	seq   uint64 // the admission's number, from 1
-	base  uint64 // outcomes observed before it: S counts from it when its report is the freshest
-	probe bool   // the half-open probe
-	local bool   // let through by a Breaker whose store had failed: the fleet did not number it
+	seq      uint64 // the admission's number, from 1
+	overBase costs  // over when it was let through
+	base     uint64 // outcomes observed before it: S counts from it when its report is the freshest
+	cost     cost   // its estimate, counted against the token buckets until a report sent after it
+	estBase  costs  // the estimates of the outcomes observed before it
+	probe    bool   // the half-open probe
+	local    bool   // let through by a Breaker whose store had failed: the fleet did not number it
 }
 
 // admit counts a request let through at now, and returns its ticket.
 // Its time is recorded for the window rule only once the backend has
 // reported: a backend that never reports is never paced.
-func (p *pacing) admit(now time.Time, record bool) ticket {
+func (p *pacing) admit(now time.Time, record bool, c cost) ticket {
 	p.admitted++
 	if record && p.has {
 		p.recent.add(now)
 	}
-	return ticket{seq: p.admitted, base: p.back}
+	t := ticket{seq: p.admitted, base: p.back, cost: c, estBase: p.estBack, overBase: p.over}
+	p.est = p.est.plus(c)
+	return t
 }
 
 // inFlight is how many requests let through have not come back.
@@ -66,12 +104,37 @@ func (p *pacing) sentSince() int64 {
 	return int64(p.admitted - p.reportBase - 1)
 }
 
+// estSince is the estimates of the requests S counts.
+func (p *pacing) estSince() costs {
+	if !p.has {
+		return costs{}
+	}
+	e := p.est.minus(p.reportEst).minus(p.reportOwn)
+	settled := p.over.minus(p.reportOver).minus(p.reportOwnOver)
+	e.In, e.Out = e.In-settled.In, e.Out-settled.Out
+	return costs{max(e.N, 0), max(e.In, 0), max(e.Out, 0)}
+}
+
+// tokensUsed is what the requests S counts use of the tokens bucket: their
+// estimates, and the use the reports' drop says for each without one.
+func (p *pacing) tokensUsed() int64 {
+	e := p.estSince()
+	return e.In + e.Out + max(p.sentSince()-e.N, 0)*p.tokenUse
+}
+
 // settle records that the request of ticket t came back at now, with
-// rep, its rate-limit report, if it made one (hasRep). The report
-// becomes the freshest when it is fresher than the one held.
-func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool) {
+// rep, its rate-limit report, if it made one (hasRep), and used, what it
+// used, if its answer said (known). The report becomes the freshest when
+// it is fresher than the one held.
+func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool, used cost) {
+	var over cost
 	if p.back < p.admitted {
 		p.back++
+		p.estBack = p.estBack.plus(t.cost)
+		if t.cost.known() && used.known() {
+			over = t.cost.beyond(used)
+			p.over = p.over.plus(over)
+		}
 	}
 	if !hasRep || (p.has && !fresher(rep, p.report)) {
 		return
@@ -81,6 +144,8 @@ func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool) {
 		p.learnTokenUse(rep, t)
 	}
 	p.report, p.has, p.reportSeq, p.reportBase = rep, true, t.seq, min(t.base, t.seq-1)
+	p.reportEst, p.reportOwn = t.estBase, costs{}.plus(t.cost)
+	p.reportOver, p.reportOwnOver = t.overBase, costs{}.plus(over)
 	if first {
 		// The requests let through while the first report was on its way
 		// were not recorded: counted in the window as let through now,
@@ -114,7 +179,7 @@ func (p *pacing) learnTokenUse(rep limitReport, t ticket) {
 // is held back, and then until when at least (the latest next admission
 // of the buckets that hold it; zero when those have come, and only an
 // answer, or the window's turn, can let it go).
-func (p *pacing) hold(now time.Time, k int64) (held bool, until time.Time) {
+func (p *pacing) hold(now time.Time, k int64, c cost) (held bool, until time.Time) {
 	if !p.has {
 		return false, time.Time{}
 	}
@@ -142,8 +207,8 @@ func (p *pacing) hold(now time.Time, k int64) (held bool, until time.Time) {
 		}
 		check(n, t)
 	}
-	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
-		n, t := tokensFor(tk, p.report.read, s, p.tokenUse)
+	for _, b := range p.tokenBuckets(c) {
+		n, t := tokensFor(b.reading, p.report.read, b.used, b.need)
 		if !now.Before(t) {
 			n++
 		}
@@ -162,7 +227,7 @@ func (p *pacing) hold(now time.Time, k int64) (held bool, until time.Time) {
 // many calls ahead of it is held back (unless the liveness rule lets the
 // first in line go). Without a report there is no bound: the most an
 // int64 holds.
-func (p *pacing) room(now time.Time) int64 {
+func (p *pacing) room(now time.Time, c cost) int64 {
 	n := int64(math.MaxInt64)
 	if !p.has {
 		return n
@@ -178,14 +243,45 @@ func (p *pacing) room(now time.Time) int64 {
 		}
 		n = min(n, m)
 	}
-	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
-		m, t := tokensFor(tk, p.report.read, s, p.tokenUse)
+	for _, b := range p.tokenBuckets(c) {
+		m, t := tokensFor(b.reading, p.report.read, b.used, b.need)
 		if !now.Before(t) {
 			m++
 		}
 		n = min(n, m)
 	}
 	return n
+}
+
+// tokenBucket is one token bucket as pacing counts it for a request:
+// what the report said, what the requests S counts use of it, and what
+// the request needs.
+type tokenBucket struct {
+	reading    bucketReading
+	used, need int64
+}
+
+// tokenBuckets are the token buckets that pace a request of cost c: the
+// tokens bucket once a request's use is known (its estimate, or the use
+// the reports' drop says), and Anthropic's input and output buckets for a
+// request with an estimate.
+func (p *pacing) tokenBuckets(c cost) []tokenBucket {
+	var out []tokenBucket
+	need := p.tokenUse
+	if c.known() {
+		need = c.in + c.out
+	}
+	if tk := p.report.tokens; tk.known && need > 0 {
+		out = append(out, tokenBucket{tk, p.tokensUsed(), need})
+	}
+	e := p.estSince()
+	if in := p.report.inputTokens; in.known && c.in > 0 {
+		out = append(out, tokenBucket{in, e.In, c.in})
+	}
+	if o := p.report.outputTokens; o.known && c.out > 0 {
+		out = append(out, tokenBucket{o, e.Out, c.out})
+	}
+	return out
 }
 
 // nextChange is the first time after now at which hold may answer
@@ -203,8 +299,8 @@ func (p *pacing) nextChange(now time.Time) time.Time {
 		}
 	}
 	soonest(p.nextAdmission())
-	if tk := p.report.tokens; tk.known && p.tokenUse > 0 {
-		_, t := tokensFor(tk, p.report.read, p.sentSince(), p.tokenUse)
+	for _, b := range p.tokenBuckets(cost{}) {
+		_, t := tokensFor(b.reading, p.report.read, b.used, b.need)
 		soonest(t)
 	}
 	if w, ok := p.window(); ok {
@@ -216,14 +312,14 @@ func (p *pacing) nextChange(now time.Time) time.Time {
 	return next
 }
 
-// tokensFor is what a tokens bucket, read at read as tk, takes once s
-// more requests of use tokens each have been sent: how many more
-// requests, and when it holds enough for the next one beyond them, as it
-// refills steadily to full at its reset (as T is read for the requests
-// bucket, for use tokens instead of one). Without a limit it is full
-// again only at the reset.
-func tokensFor(tk bucketReading, read time.Time, s, use int64) (int64, time.Time) {
-	left := tk.remaining - s*use
+// tokensFor is what a tokens bucket, read at read as tk, takes once used
+// more tokens have been sent: how many more requests of use tokens each,
+// and when it holds enough for the next one beyond them, as it refills
+// steadily to full at its reset (as T is read for the requests bucket,
+// for use tokens instead of one). Without a limit it is full again only
+// at the reset.
+func tokensFor(tk bucketReading, read time.Time, used, use int64) (int64, time.Time) {
+	left := tk.remaining - used
 	n := left / use
 	if left < 0 {
 		n = (left - use + 1) / use // rounded down, as for a positive left
@@ -403,13 +499,15 @@ func (p *pacing) headroom(now time.Time) float64 {
 		}
 		share(left, r.limit)
 	}
+	e := p.estSince()
 	if tk := p.report.tokens; tk.known {
-		share(tk.remaining-s*p.tokenUse, tk.limit)
+		share(tk.remaining-p.tokensUsed(), tk.limit)
 	}
-	for _, b := range []bucketReading{p.report.inputTokens, p.report.outputTokens} {
-		if b.known {
-			share(b.remaining, b.limit)
-		}
+	if in := p.report.inputTokens; in.known {
+		share(in.remaining-e.In, in.limit)
+	}
+	if o := p.report.outputTokens; o.known {
+		share(o.remaining-e.Out, o.limit)
 	}
 	return h
 }

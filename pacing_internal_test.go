@@ -53,23 +53,23 @@ func TestPaceAdmits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Breaker{NoPacing: tc.noPacing}
 			if !tc.noReport {
-				own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
-				b.pacing.settle(p0.Add(time.Millisecond), own.t, requestsReport(p0, tc.remaining, T), true)
+				own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
+				b.pacing.settle(p0.Add(time.Millisecond), own.t, requestsReport(p0, tc.remaining, T), true, cost{})
 			}
 			var tickets []ticket
 			for i := range tc.sent {
-				tickets = append(tickets, b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}).t)
+				tickets = append(tickets, b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, cost{}).t)
 			}
 			for _, tk := range tickets[:tc.settled] {
-				b.pacing.settle(p0.Add(time.Second), tk, limitReport{}, false)
+				b.pacing.settle(p0.Add(time.Second), tk, limitReport{}, false, cost{})
 			}
 			for i := range tc.ahead {
-				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
+				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0, cost{})
 			}
-			w := b.join(p0.Add(time.Minute), p0) // begun after those ahead
+			w := b.join(p0.Add(time.Minute), p0, cost{}) // begun after those ahead
 			// Let through, or let go in line order: a handOff after those
 			// ahead.
-			if v := b.admit(tc.now, w, time.Time{}); (v.pass || v.turn) != tc.want {
+			if v := b.admit(tc.now, w, time.Time{}, cost{}); (v.pass || v.turn) != tc.want {
 				t.Errorf("admit() = %+v, want let through or its turn %v (state %+v)", v, tc.want, b.State())
 			}
 		})
@@ -80,10 +80,10 @@ func TestPaceAdmits(t *testing.T) {
 // come to the breaker.
 func TestPaceNotInLineGoesLast(t *testing.T) {
 	b := &Breaker{}
-	own := b.letThrough(p0, verdict{pass: true})
-	b.pacing.settle(p0, own.t, requestsReport(p0, 1, p0.Add(time.Hour)), true)
-	b.join(p0, p0)
-	if v := b.admit(p0.Add(time.Second), nil, time.Time{}); v.pass || !v.paced {
+	own := b.letThrough(p0, verdict{pass: true}, cost{})
+	b.pacing.settle(p0, own.t, requestsReport(p0, 1, p0.Add(time.Hour)), true, cost{})
+	b.join(p0, p0, cost{})
+	if v := b.admit(p0.Add(time.Second), nil, time.Time{}, cost{}); v.pass || !v.paced {
 		t.Errorf("admit() = %+v, want paced behind the one in line", v)
 	}
 }
@@ -110,10 +110,10 @@ func TestPaceFreshestReport(t *testing.T) {
 			b := &Breaker{}
 			var tickets []ticket
 			for range tc.arrived {
-				tickets = append(tickets, b.letThrough(p0, verdict{pass: true}).t)
+				tickets = append(tickets, b.letThrough(p0, verdict{pass: true}, cost{}).t)
 			}
 			for i, r := range tc.arrived {
-				b.pacing.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true)
+				b.pacing.settle(p0.Add(time.Minute), tickets[i], requestsReport(p0.Add(r.sent), r.remaining, p0.Add(time.Hour)), true, cost{})
 			}
 			st := b.State()
 			if got := (rep{st.Reported.Sub(p0), st.Remaining}); got != tc.want {
@@ -130,17 +130,17 @@ func TestPaceFreshestReport(t *testing.T) {
 // the two is counted, the safe side.)
 func TestPaceCountsFromSend(t *testing.T) {
 	b := &Breaker{}
-	back := b.letThrough(p0.Add(-4*time.Millisecond), verdict{pass: true}) // back before the report's request was let through: the provider had it
-	slow := b.letThrough(p0.Add(-3*time.Millisecond), verdict{pass: true}) // let through before, but in flight at the send: it may have got there later
-	b.pacing.settle(p0.Add(-3*time.Millisecond), back.t, limitReport{}, false)
-	own := b.letThrough(p0.Add(-2*time.Millisecond), verdict{pass: true})    // the report's request, let through before its send
-	between := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})  // after it, but before its send
-	b.letThrough(p0, verdict{pass: true})                                    // at the send itself, still in flight
-	after := b.letThrough(p0.Add(500*time.Millisecond), verdict{pass: true}) // while the report was on its way back
-	b.pacing.settle(p0.Add(time.Second), between.t, limitReport{}, false)
-	b.pacing.settle(p0.Add(2*time.Second), own.t, requestsReport(p0, 3, p0.Add(time.Hour)), true) // arrives at 2 s: counted from its send, not from then
-	b.pacing.settle(p0.Add(3*time.Second), after.t, limitReport{}, false)
-	b.pacing.settle(p0.Add(3*time.Second), slow.t, limitReport{}, false)
+	back := b.letThrough(p0.Add(-4*time.Millisecond), verdict{pass: true}, cost{}) // back before the report's request was let through: the provider had it
+	slow := b.letThrough(p0.Add(-3*time.Millisecond), verdict{pass: true}, cost{}) // let through before, but in flight at the send: it may have got there later
+	b.pacing.settle(p0.Add(-3*time.Millisecond), back.t, limitReport{}, false, cost{})
+	own := b.letThrough(p0.Add(-2*time.Millisecond), verdict{pass: true}, cost{})    // the report's request, let through before its send
+	between := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})  // after it, but before its send
+	b.letThrough(p0, verdict{pass: true}, cost{})                                    // at the send itself, still in flight
+	after := b.letThrough(p0.Add(500*time.Millisecond), verdict{pass: true}, cost{}) // while the report was on its way back
+	b.pacing.settle(p0.Add(time.Second), between.t, limitReport{}, false, cost{})
+	b.pacing.settle(p0.Add(2*time.Second), own.t, requestsReport(p0, 3, p0.Add(time.Hour)), true, cost{}) // arrives at 2 s: counted from its send, not from then
+	b.pacing.settle(p0.Add(3*time.Second), after.t, limitReport{}, false, cost{})
+	b.pacing.settle(p0.Add(3*time.Second), slow.t, limitReport{}, false, cost{})
 	if got := b.State().LetThrough; got != 4 {
 		t.Errorf("State().LetThrough = %d, want 4", got)
 	}
@@ -151,8 +151,8 @@ func TestPaceCountsFromSend(t *testing.T) {
 func TestPaceKeepsNoAdmissionsWithoutReports(t *testing.T) {
 	b := &Breaker{}
 	for i := range 100 {
-		v := b.letThrough(p0.Add(time.Duration(i)*time.Millisecond), verdict{pass: true})
-		b.pacing.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.t, limitReport{}, false)
+		v := b.letThrough(p0.Add(time.Duration(i)*time.Millisecond), verdict{pass: true}, cost{})
+		b.pacing.settle(p0.Add(time.Duration(i)*time.Millisecond+time.Microsecond), v.t, limitReport{}, false, cost{})
 	}
 	if n, f := len(b.pacing.recent.at)+b.pacing.recent.folded, b.pacing.inFlight(); n != 0 || f != 0 {
 		t.Errorf("after 100 requests without reports: %d admissions kept, %d in flight; want 0, 0", n, f)
@@ -205,19 +205,19 @@ func TestPaceTokens(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			b := &Breaker{}
-			own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+			own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
 			r := requestsReport(p0, 100, p0.Add(time.Hour))
 			r.tokens = bucketReading{known: true, limit: 1000, remaining: tc.tokens, reset: 10 * time.Second}
-			b.pacing.settle(p0, own.t, r, true)
+			b.pacing.settle(p0, own.t, r, true, cost{})
 			b.pacing.tokenUse = tc.use
 			for i := range tc.sent {
-				b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true})
+				b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, cost{})
 			}
 			for i := range tc.ahead {
-				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0)
+				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0, cost{})
 			}
-			w := b.join(p0.Add(time.Minute), p0)
-			v := b.admit(tc.now, w, time.Time{})
+			w := b.join(p0.Add(time.Minute), p0, cost{})
+			v := b.admit(tc.now, w, time.Time{}, cost{})
 			goes := v.pass || v.turn // let through, or let go in line order: a handOff after those ahead
 			if v.turn {
 				v.until = time.Time{}
@@ -237,17 +237,17 @@ func TestPaceLearnsTokenUse(t *testing.T) {
 	report := func(tk ticket, sent time.Time, tokens int64) {
 		r := requestsReport(sent, 50, p0.Add(time.Hour))
 		r.tokens = bucketReading{known: true, limit: 1000, remaining: tokens, reset: time.Minute}
-		b.pacing.settle(sent.Add(time.Second), tk, r, true)
+		b.pacing.settle(sent.Add(time.Second), tk, r, true, cost{})
 	}
-	a := b.letThrough(p0, verdict{pass: true})
+	a := b.letThrough(p0, verdict{pass: true}, cost{})
 	report(a.t, p0, 900)
-	b.letThrough(p0.Add(time.Millisecond), verdict{pass: true})
-	c := b.letThrough(p0.Add(2*time.Millisecond), verdict{pass: true})
+	b.letThrough(p0.Add(time.Millisecond), verdict{pass: true}, cost{})
+	c := b.letThrough(p0.Add(2*time.Millisecond), verdict{pass: true}, cost{})
 	report(c.t, p0.Add(2*time.Millisecond), 699) // 201 tokens over 2 requests
 	if b.pacing.tokenUse != 101 {
 		t.Errorf("tokenUse = %d, want 101", b.pacing.tokenUse)
 	}
-	d := b.letThrough(p0.Add(3*time.Millisecond), verdict{pass: true})
+	d := b.letThrough(p0.Add(3*time.Millisecond), verdict{pass: true}, cost{})
 	report(d.t, p0.Add(3*time.Millisecond), 800)
 	if b.pacing.tokenUse != 101 {
 		t.Errorf("after a refill: tokenUse = %d, want 101 still", b.pacing.tokenUse)
@@ -262,26 +262,26 @@ func TestPaceLearnsTokenUse(t *testing.T) {
 func TestPaceOldReportRefills(t *testing.T) {
 	rep := limitReport{sent: p0, read: p0, requests: bucketReading{known: true, limit: 60, remaining: 0, reset: time.Minute, next: p0.Add(time.Second)}}
 	b := &Breaker{}
-	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
-	b.pacing.settle(p0, own.t, rep, true)
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
+	b.pacing.settle(p0, own.t, rep, true, cost{})
 	// 100 requests let through and answered over the next minute, with
 	// no report: S is far past R.
 	for i := range 100 {
 		at := p0.Add(time.Duration(i) * 500 * time.Millisecond)
-		tk := b.letThrough(at, verdict{pass: true})
-		b.pacing.settle(at.Add(100*time.Millisecond), tk.t, limitReport{}, false)
+		tk := b.letThrough(at, verdict{pass: true}, cost{})
+		b.pacing.settle(at.Add(100*time.Millisecond), tk.t, limitReport{}, false, cost{})
 	}
 	last := p0.Add(50 * time.Second)              // the last admission was at 49.5s
-	tk := b.letThrough(last, verdict{pass: true}) // one still in flight: liveness cannot help
+	tk := b.letThrough(last, verdict{pass: true}, cost{}) // one still in flight: liveness cannot help
 	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
 	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.
-	if got := b.admit(p0.Add(70*time.Second), nil, time.Time{}).pass; got {
+	if got := b.admit(p0.Add(70*time.Second), nil, time.Time{}, cost{}).pass; got {
 		t.Errorf("admit() at 70s pass = true, want false: 80 requests in the last minute, limit 60")
 	}
-	if got := b.admit(p0.Add(111*time.Second), nil, time.Time{}).pass; !got {
+	if got := b.admit(p0.Add(111*time.Second), nil, time.Time{}, cost{}).pass; !got {
 		t.Errorf("admit() at 111s pass = false, want true: no request in the last minute, limit 60 (state %+v)", b.State())
 	}
-	b.pacing.settle(p0.Add(112*time.Second), tk.t, limitReport{}, false)
+	b.pacing.settle(p0.Add(112*time.Second), tk.t, limitReport{}, false, cost{})
 }
 
 // Liveness looks only at the buckets that hold the call back: a tokens
@@ -294,13 +294,13 @@ func TestPaceLivenessIgnoresBucketsWithRoom(t *testing.T) {
 		tokens:   bucketReading{known: true, limit: 10000, remaining: 9000, reset: 6 * time.Second, next: p0.Add(6 * time.Second)},
 	}
 	b := &Breaker{pacing: pacing{tokenUse: 1000}}
-	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
-	b.pacing.settle(p0, own.t, rep, true)
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
+	b.pacing.settle(p0, own.t, rep, true, cost{})
 	for i := range 2 { // answered, with no report
-		tk := b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true})
-		b.pacing.settle(p0.Add(100*time.Millisecond), tk.t, limitReport{}, false)
+		tk := b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, cost{})
+		b.pacing.settle(p0.Add(100*time.Millisecond), tk.t, limitReport{}, false, cost{})
 	}
-	if got := b.admit(p0.Add(2*time.Second), nil, time.Time{}).pass; !got {
+	if got := b.admit(p0.Add(2*time.Second), nil, time.Time{}, cost{}).pass; !got {
 		t.Errorf("admit() at 2s pass = false, want true: nothing in flight and T has come (state %+v)", b.State())
 	}
 }
@@ -316,7 +316,7 @@ func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
 		t.Fatal("parseLimits() = false, want a report")
 	}
 	b := &Breaker{}
-	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true})
+	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
 	b.observe(p0, own.t, outcome{kind: KindTransient, rep: rep, hasRep: true}, callBounds{maxWait: 30 * time.Second})
 	if got := b.State().NextAdmission; got.After(p0.Add(30 * time.Second)) {
 		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))

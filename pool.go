@@ -63,11 +63,11 @@ type standing struct {
 
 // standing reads b's standing at now, as it stands for a call not in its
 // line; with a Store, as this process last saw the fleet's state.
-func (b *Breaker) standing(now time.Time) standing {
+func (b *Breaker) standing(now time.Time, c cost) standing {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.line.advance(now)
-	v := b.rules(now, b.line.waiting()+b.othersAhead(maxTime))
+	v := b.rules(now, b.line.waiting()+b.othersAhead(maxTime), c)
 	s := standing{open: v.pass, until: v.until, headroom: 1, inFlight: b.pacing.inFlight()}
 	if !b.NoPacing {
 		s.headroom = b.pacing.headroom(now)
@@ -87,7 +87,7 @@ type choice struct {
 // flight for its weight, then the first in the pool's order. When none
 // can take it now it returns the index -1, and the soonest time one may
 // (zero: not known).
-func choose[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.Time) (choice, time.Time) {
+func choose[Req, Resp any](pool []Deployment[Req, Resp], costs []cost, tried []bool, now time.Time) (choice, time.Time) {
 	best := -1
 	var bs standing
 	var soonest time.Time
@@ -96,7 +96,7 @@ func choose[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.
 		if tried[i] {
 			continue
 		}
-		s := pool[i].Backend.Breaker.standing(now)
+		s := pool[i].Backend.Breaker.standing(now, costs[i])
 		if !s.open {
 			if !s.until.IsZero() && (soonest.IsZero() || s.until.Before(soonest)) {
 				soonest = s.until
@@ -122,7 +122,7 @@ func choose[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.
 	case pool[best].Tier > minTier(pool):
 		c.why = ChosenSpill
 	case alike > 1:
-		c.why = reason(pool, tried, now, best, bs)
+		c.why = reason(pool, costs, tried, now, best, bs)
 	case open > 1:
 		c.why = ChosenTier
 	}
@@ -142,13 +142,13 @@ func better(a standing, aw int, b standing, bw int) int {
 
 // reason is why deployment i, of standing s, won over the others of its
 // tier that could take the request.
-func reason[Req, Resp any](pool []Deployment[Req, Resp], tried []bool, now time.Time, i int, s standing) Chosen {
+func reason[Req, Resp any](pool []Deployment[Req, Resp], costs []cost, tried []bool, now time.Time, i int, s standing) Chosen {
 	why := ChosenOrder
 	for j := range pool {
 		if j == i || tried[j] || pool[j].Tier != pool[i].Tier {
 			continue
 		}
-		o := pool[j].Backend.Breaker.standing(now)
+		o := pool[j].Backend.Breaker.standing(now, costs[j])
 		if !o.open {
 			continue
 		}
@@ -204,15 +204,17 @@ func validatePool[Req, Resp any](pool []Deployment[Req, Resp], bad func(string) 
 type poolRun[Req, Resp any] struct {
 	b        *Backend[Req, Resp]
 	backends []Backend[Req, Resp]
+	costs    []cost // what the call's request is estimated to use on each deployment
 	tried    []bool
 	cur      int  // the deployment of the last request
 	waits    int  // the policy's waits taken so far in the call
 	hopping  bool // the last failure goes on to the next deployment at once
 }
 
-func newPoolRun[Req, Resp any](b *Backend[Req, Resp]) *poolRun[Req, Resp] {
-	p := &poolRun[Req, Resp]{b: b, backends: make([]Backend[Req, Resp], len(b.Pool)), tried: make([]bool, len(b.Pool))}
+func newPoolRun[Req, Resp any](b *Backend[Req, Resp], req Req) *poolRun[Req, Resp] {
+	p := &poolRun[Req, Resp]{b: b, backends: make([]Backend[Req, Resp], len(b.Pool)), costs: make([]cost, len(b.Pool)), tried: make([]bool, len(b.Pool))}
 	for i := range b.Pool {
+		p.costs[i] = b.Pool[i].Backend.cost(req)
 		p.backends[i] = b.Pool[i].Backend
 		p.backends[i].Retry = b.Retry // the pool's policy, for the bounds of its waits
 	}
@@ -224,7 +226,7 @@ func newPoolRun[Req, Resp any](b *Backend[Req, Resp]) *poolRun[Req, Resp] {
 // soonest, whose breaker then holds the request back (a skip, or a wait
 // when the pool is the last backend).
 func (p *poolRun[Req, Resp]) target(now time.Time) (*Backend[Req, Resp], choice) {
-	c, _ := choose(p.b.Pool, p.tried, now)
+	c, _ := choose(p.b.Pool, p.costs, p.tried, now)
 	if c.i < 0 {
 		c = choice{i: p.soonest(now)}
 	}
@@ -241,7 +243,7 @@ func (p *poolRun[Req, Resp]) soonest(now time.Time) int {
 		if p.tried[i] && !all {
 			continue
 		}
-		s := p.b.Pool[i].Backend.Breaker.standing(now)
+		s := p.b.Pool[i].Backend.Breaker.standing(now, p.costs[i])
 		if best < 0 || (!s.until.IsZero() && (at.IsZero() || s.until.Before(at))) {
 			best, at = i, s.until
 		}
@@ -289,7 +291,7 @@ func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool 
 		return false
 	}
 	p.tried[p.cur] = true
-	if c, _ := choose(p.b.Pool, p.tried, d.at); c.i < 0 {
+	if c, _ := choose(p.b.Pool, p.costs, p.tried, d.at); c.i < 0 {
 		return false
 	}
 	p.hopping = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -231,4 +232,59 @@ func TestPoolValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A backend's Estimate is charged against the provider's tokens bucket
+// from the moment a request is let through, and settled by the next
+// report: here the report after a warm-up says 2,000 tokens are left of
+// 10,000, each request is estimated at 600 (100 in, a budget of 500 out)
+// but uses 100. Of a burst of ten, three fit and go to the primary, the
+// rest to the fallback; once their reports come back (1,700 left), the
+// estimates of requests sent before them no longer count, and two of the
+// next burst of ten fit.
+func TestEstimateChargedUpFrontAndSettled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu   sync.Mutex
+			left = int64(2100) // before the warm-up's 100
+		)
+		primary := newDesk("primary", takes(100*ms))
+		call := func(ctx context.Context, req string) (string, error) {
+			mu.Lock()
+			left -= 100
+			h := limitHeader(1000, 900, time.Minute)
+			h.Set("X-Ratelimit-Limit-Tokens", "10000")
+			h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(left, 10))
+			h.Set("X-Ratelimit-Reset-Tokens", "10m0s") // refills too slowly to matter here
+			mu.Unlock()
+			llmretry.ReportLimits(ctx, h)
+			llmretry.ReportUsage(ctx, llmretry.Usage{InputTokens: 80, OutputTokens: 20})
+			return primary.Call(ctx, req)
+		}
+		fallback := newDesk("fallback", takes(100*ms))
+		c := &chain{Backends: []backend{
+			{Model: "primary", Call: call, Breaker: &llmretry.Breaker{},
+				Estimate: func(string) llmretry.Usage { return llmretry.Usage{InputTokens: 100, OutputTokens: 500} }},
+			{Model: "fallback", Call: fallback.Call},
+		}}
+		if _, err := c.Do(t.Context(), "warm"); err != nil {
+			t.Fatal(err)
+		}
+		burst := func(name string) int {
+			before := len(primary.log())
+			var wg sync.WaitGroup
+			for range 10 {
+				wg.Go(func() { c.Do(t.Context(), name) })
+			}
+			wg.Wait()
+			return len(primary.log()) - before
+		}
+		if got := burst("first"); got != 3 {
+			t.Errorf("first burst: %d of 10 to the primary, want 3 (2,000 tokens left, 600 estimated each)", got)
+		}
+		time.Sleep(sec)
+		if got := burst("second"); got != 2 {
+			t.Errorf("second burst: %d of 10 to the primary, want 2 (1,700 left once the reports settled the estimates)", got)
+		}
+	})
 }

@@ -106,6 +106,13 @@ type shared struct {
 	Folded     int           `json:"folded,omitempty"`
 	FoldedAt   time.Time     `json:"folded_at,omitzero"`
 	TokenUse   int64         `json:"token_use,omitempty"`
+	Est        costs         `json:"est,omitzero"`        // the estimates of the requests let through
+	EstBack    costs         `json:"est_back,omitzero"`   // of those back
+	ReportEst  costs         `json:"report_est,omitzero"` // EstBack when the report's request was let through
+	ReportOwn  costs         `json:"report_own,omitzero"` // the report's request's own estimate
+	Over       costs         `json:"over,omitzero"`       // what the requests back were estimated beyond what they used
+	ReportOver costs         `json:"report_over,omitzero"`
+	OwnOver    costs         `json:"own_over,omitzero"`
 
 	Gate  time.Time   `json:"gate,omitzero"` // no call of the fleet's line goes before it
 	Procs []procEntry `json:"procs,omitempty"`
