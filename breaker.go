@@ -220,8 +220,8 @@ type verdict struct {
 }
 
 // rules applies the Breaker's rules to a call that wants to send at now
-// with k calls ahead of it in line; it leaves the state as it is. b.mu is
-// held.
+// with k calls ahead of it in line, its request estimated at c; it leaves
+// the state as it is. b.mu is held.
 func (b *Breaker) rules(now time.Time, k int, c cost) verdict {
 	h := &b.health
 	switch {

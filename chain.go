@@ -957,25 +957,6 @@ func (r *run[Req, Resp]) skip(b *Backend[Req, Resp], bi, try int, began, now tim
 	return a
 }
 
-// sleepUntil waits until t (forever when t is zero), or until changed is
-// closed, and reports true; it returns false at once when ctx is done
-// first.
-func sleepUntil(ctx context.Context, t time.Time, changed <-chan struct{}) bool {
-	var fire <-chan time.Time
-	if !t.IsZero() {
-		timer := time.NewTimer(time.Until(t))
-		defer timer.Stop()
-		fire = timer.C
-	}
-	select {
-	case <-ctx.Done():
-		return false
-	case <-changed:
-	case <-fire:
-	}
-	return true
-}
-
 // capRaw returns raw, or a copy cut to at most max bytes (0: the default;
 // negative: no limit) at a character boundary, with the cut marked.
 func capRaw(raw *string, max int) *string {

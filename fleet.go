@@ -24,12 +24,13 @@ import (
 // that succeeds.
 //
 // Waiting calls are woken in their turn: the process's timer is set to
-// the next time its first call's lot can change, as the view says, and
-// only a process whose first call is the fleet's first, held back until
-// an answer comes (a report, the probe's outcome), loads the state when
-// another process changes it. A process whose first call has others ahead
-// of it in the fleet's line wakes when, by the pace the provider reports,
-// their turns should have passed.
+// the next time its first call's lot can change, as the view says (a
+// cooldown's end, the provider's next admission, the gate, a lease, a
+// bound). A first call held back by pacing until an answer comes wakes at
+// the provider's pace; one with other processes' lines ahead of it, a
+// pace for each of them; only while another process's probe is in flight
+// does a line load the state whenever it changes, since the probe's
+// outcome is the one change that lets every line go.
 
 // fleet is a Breaker's part in the fleet; b.mu guards it.
 type fleet struct {
@@ -98,15 +99,6 @@ func (b *Breaker) fleetOf() *fleet {
 // lease is how long what this process holds in the store counts when it
 // never says more.
 func (b *Breaker) lease() time.Duration { return cmp.Or(b.ProbeLease, DefaultProbeLease) }
-
-// probeExpiry is when the probe in flight, if another process holds it,
-// is free again; zero without a Store. b.mu is held.
-func (b *Breaker) probeExpiry() time.Time {
-	if b.fleet == nil || !b.health.probing {
-		return time.Time{}
-	}
-	return b.fleet.probeAt
-}
 
 // fleetAdmit is admit with a Store.
 func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cost) verdict {

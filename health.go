@@ -22,7 +22,7 @@ type outcome struct {
 	hint   time.Duration // its retry-after hint, if any
 	rep    limitReport   // its freshest rate-limit report; valid with hasRep
 	hasRep bool
-	used   cost          // what it used, as its answer said; not known when the zero cost
+	used   cost // what it used, as its answer said; not known when the zero cost
 }
 
 // capWaits holds what o asks the backend to wait to maxWait from now,

@@ -271,7 +271,7 @@ func TestPaceOldReportRefills(t *testing.T) {
 		tk := b.letThrough(at, verdict{pass: true}, cost{})
 		b.pacing.settle(at.Add(100*time.Millisecond), tk.t, limitReport{}, false, cost{})
 	}
-	last := p0.Add(50 * time.Second)              // the last admission was at 49.5s
+	last := p0.Add(50 * time.Second)                      // the last admission was at 49.5s
 	tk := b.letThrough(last, verdict{pass: true}, cost{}) // one still in flight: liveness cannot help
 	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
 	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.

@@ -152,10 +152,10 @@ func checkWatch(s llmretry.BreakerStore, k string) error {
 	select {
 	case _, ok := <-ch:
 		if !ok {
-			return errors.New("Watch's channel closed, want a change")
+			return errors.New("the watch's channel closed, want a change")
 		}
 	case <-time.After(10 * time.Second):
-		return errors.New("Watch heard no change in 10 s")
+		return errors.New("the watch heard no change in 10 s")
 	}
 	cancel()
 	deadline := time.After(10 * time.Second)
@@ -166,7 +166,7 @@ func checkWatch(s llmretry.BreakerStore, k string) error {
 				return nil
 			}
 		case <-deadline:
-			return errors.New("Watch's channel still open 10 s after its context ended")
+			return errors.New("the watch's channel is still open 10 s after its context ended")
 		}
 	}
 }
