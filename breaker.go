@@ -266,11 +266,12 @@ func (b *Breaker) letThrough(now time.Time, v verdict, c cost) verdict {
 
 // admit answers a call that wants to send at now; w is its place in line,
 // kept from the wait before a retry, or nil; deadline is the call's (zero:
-// none), which bounds what it waits for a Store. A call let through takes
+// none), which bounds what it waits for a Store; c what its request is
+// estimated to use; start when its Do began. A call let through takes
 // its place out of line; one held back keeps it, for wait or leave.
-func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time, c cost) verdict {
+func (b *Breaker) admit(now time.Time, w *waiter, deadline time.Time, c cost, start time.Time) verdict {
 	if b.Store != nil {
-		return b.fleetAdmit(now, w, deadline, c)
+		return b.fleetAdmit(now, w, deadline, c, start)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()

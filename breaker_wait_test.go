@@ -26,7 +26,7 @@ func tripFor(t *testing.T, br *llmretry.Breaker, d time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	c.Do(ctx, "trip")
-	if st := br.State(); !st.Open || time.Until(st.Until) != d {
+	if st := br.State(); !st.Open || time.Until(st.Until).Round(time.Microsecond) != d {
 		t.Fatalf("tripFor: breaker State() = %+v, want it open for %v", st, d)
 	}
 }

@@ -718,7 +718,7 @@ func (r *run[Req, Resp]) admit(b *Backend[Req, Resp], bi, try int, line *waiter,
 		return t, skip, true
 	}
 	now := r.now()
-	v := br.admit(now, line, r.deadline(), c)
+	v := br.admit(now, line, r.deadline(), c, r.start)
 	if v.pass {
 		return v.t, skip, true
 	}

@@ -3,9 +3,11 @@ package llmretry
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -72,6 +74,7 @@ type request struct {
 	now      time.Time
 	w        *waiter   // admit: the call's place in line; nil: not in line
 	cost     cost      // admit: what the request is estimated to use
+	start    time.Time // admit: when the call's Do began
 	t        ticket    // observe
 	o        outcome   // observe
 	deadline time.Time // the caller's, which bounds the store calls; zero: none
@@ -83,26 +86,37 @@ type request struct {
 type requestKind int
 
 const (
-	toAdmit   requestKind = iota // a call asks to send
-	toObserve                    // an outcome to learn
+	toObserve requestKind = iota // an outcome to learn
+	toAdmit                      // a call asks to send
 	toTurn                       // the line's turn: a timer or a change woke it
 )
 
 // fleetOf returns b's fleet part, making it on first use; b.mu is held.
 func (b *Breaker) fleetOf() *fleet {
 	if b.fleet == nil {
-		b.fleet = &fleet{id: strconv.FormatUint(rand.Uint64(), 36), stale: true}
+		b.fleet = &fleet{id: fmt.Sprintf("%016x", fleetIDs.Add(1)), stale: true}
 	}
 	return b.fleet
 }
+
+// fleetIDs names the Breakers of this process in their stores: counting
+// from a random start, so that the processes of a fleet do not meet, and
+// fixed-width, so that within one process the names sort in the order the
+// Breakers first shared their state on every run of the same program
+// (a replay in virtual time orders them alike).
+var fleetIDs = func() *atomic.Uint64 {
+	var n atomic.Uint64
+	n.Store(rand.Uint64() &^ (1 << 63))
+	return &n
+}()
 
 // lease is how long what this process holds in the store counts when it
 // never says more.
 func (b *Breaker) lease() time.Duration { return cmp.Or(b.ProbeLease, DefaultProbeLease) }
 
 // fleetAdmit is admit with a Store.
-func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cost) verdict {
-	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline, cost: c}
+func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cost, start time.Time) verdict {
+	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline, cost: c, start: start}
 	if !b.await(r) {
 		return verdict{} // its deadline came first: held back, which the call then finds
 	}
@@ -228,16 +242,41 @@ func (b *Breaker) syncLoop() {
 	for {
 		b.mu.Lock()
 		f := b.fleet
-		batch := f.pending
-		f.pending = nil
-		if len(batch) == 0 {
+		if len(f.pending) == 0 {
 			f.syncing = false
 			b.mu.Unlock()
 			return
 		}
 		b.mu.Unlock()
+		// Every decision due at this instant joins the batch: the other
+		// calls of the instant ask while this waits. It costs a timer's
+		// round trip, next to a store's milliseconds; and in virtual time
+		// the batch, and so what the store is asked, does not depend on
+		// which goroutine ran first.
+		time.Sleep(time.Nanosecond)
+		b.mu.Lock()
+		batch := f.pending
+		f.pending = nil
+		b.mu.Unlock()
+		slices.SortStableFunc(batch, inTurn)
 		b.sync(batch)
 	}
+}
+
+// inTurn orders a batch's decisions as they are made whatever order
+// they were asked in: outcomes by their admission, then the calls that
+// ask, by when their Do began.
+func inTurn(a, b *request) int {
+	if c := cmp.Compare(a.kind, b.kind); c != 0 {
+		return c
+	}
+	switch a.kind {
+	case toObserve:
+		return cmp.Compare(a.t.seq, b.t.seq)
+	case toAdmit:
+		return a.start.Compare(b.start)
+	}
+	return 0
 }
 
 // sync makes the decisions of batch on the shared state.

@@ -69,7 +69,7 @@ func TestPaceAdmits(t *testing.T) {
 			w := b.join(p0.Add(time.Minute), p0, cost{}) // begun after those ahead
 			// Let through, or let go in line order: a handOff after those
 			// ahead.
-			if v := b.admit(tc.now, w, time.Time{}, cost{}); (v.pass || v.turn) != tc.want {
+			if v := b.admit(tc.now, w, time.Time{}, cost{}, time.Time{}); (v.pass || v.turn) != tc.want {
 				t.Errorf("admit() = %+v, want let through or its turn %v (state %+v)", v, tc.want, b.State())
 			}
 		})
@@ -83,7 +83,7 @@ func TestPaceNotInLineGoesLast(t *testing.T) {
 	own := b.letThrough(p0, verdict{pass: true}, cost{})
 	b.pacing.settle(p0, own.t, requestsReport(p0, 1, p0.Add(time.Hour)), true, cost{})
 	b.join(p0, p0, cost{})
-	if v := b.admit(p0.Add(time.Second), nil, time.Time{}, cost{}); v.pass || !v.paced {
+	if v := b.admit(p0.Add(time.Second), nil, time.Time{}, cost{}, time.Time{}); v.pass || !v.paced {
 		t.Errorf("admit() = %+v, want paced behind the one in line", v)
 	}
 }
@@ -217,7 +217,7 @@ func TestPaceTokens(t *testing.T) {
 				b.join(p0.Add(time.Duration(i)*time.Millisecond), p0, cost{})
 			}
 			w := b.join(p0.Add(time.Minute), p0, cost{})
-			v := b.admit(tc.now, w, time.Time{}, cost{})
+			v := b.admit(tc.now, w, time.Time{}, cost{}, time.Time{})
 			goes := v.pass || v.turn // let through, or let go in line order: a handOff after those ahead
 			if v.turn {
 				v.until = time.Time{}
@@ -275,10 +275,10 @@ func TestPaceOldReportRefills(t *testing.T) {
 	tk := b.letThrough(last, verdict{pass: true}, cost{}) // one still in flight: liveness cannot help
 	// In (10s, 70s] the breaker let 80 requests through (10s to 49.5s,
 	// and the one at 50s): 60 − 80 < 0, held. In (51s, 111s] none: room.
-	if got := b.admit(p0.Add(70*time.Second), nil, time.Time{}, cost{}).pass; got {
+	if got := b.admit(p0.Add(70*time.Second), nil, time.Time{}, cost{}, time.Time{}).pass; got {
 		t.Errorf("admit() at 70s pass = true, want false: 80 requests in the last minute, limit 60")
 	}
-	if got := b.admit(p0.Add(111*time.Second), nil, time.Time{}, cost{}).pass; !got {
+	if got := b.admit(p0.Add(111*time.Second), nil, time.Time{}, cost{}, time.Time{}).pass; !got {
 		t.Errorf("admit() at 111s pass = false, want true: no request in the last minute, limit 60 (state %+v)", b.State())
 	}
 	b.pacing.settle(p0.Add(112*time.Second), tk.t, limitReport{}, false, cost{})
@@ -300,7 +300,7 @@ func TestPaceLivenessIgnoresBucketsWithRoom(t *testing.T) {
 		tk := b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, cost{})
 		b.pacing.settle(p0.Add(100*time.Millisecond), tk.t, limitReport{}, false, cost{})
 	}
-	if got := b.admit(p0.Add(2*time.Second), nil, time.Time{}, cost{}).pass; !got {
+	if got := b.admit(p0.Add(2*time.Second), nil, time.Time{}, cost{}, time.Time{}).pass; !got {
 		t.Errorf("admit() at 2s pass = false, want true: nothing in flight and T has come (state %+v)", b.State())
 	}
 }

@@ -262,7 +262,7 @@ func TestSharedBreakerStoreFails(t *testing.T) {
 					}
 					// Two decisions (let through, then how it went), each
 					// bounded by the store's failure.
-					if took, want := time.Since(start), sec+2*tc.took; took != want {
+					if took, want := time.Since(start).Round(time.Microsecond), sec+2*tc.took; took != want {
 						t.Errorf("call %d: Do() took %v, want %v", i, took, want)
 					}
 				}

@@ -2,8 +2,12 @@ package llmretrytest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -19,9 +23,12 @@ import (
 // Latency is read without the lock: set it before first use.
 type MemoryStore struct {
 	// Latency is how long each call takes, as a round trip to a
-	// database would, on the caller's clock (fake in a synctest bubble);
-	// a call whose context ends first returns the context's error, and a
-	// compare-and-swap so cut short writes nothing. 0 means none.
+	// database would, on the caller's clock (fake in a synctest bubble),
+	// and a nanosecond more, in which the calls due at that instant are
+	// gathered and carried out in an order of the store's own (see
+	// apply); a call whose context ends first returns the context's
+	// error, and a compare-and-swap so cut short writes nothing. 0 means
+	// none.
 	Latency time.Duration
 
 	mu       sync.Mutex
@@ -29,6 +36,7 @@ type MemoryStore struct {
 	watchers map[string]map[chan struct{}]struct{}
 	err      error // what every call returns, from Fail; nil: serve
 	calls    StoreCalls
+	due      []*storeOp // calls waiting to be carried out at this instant
 }
 
 // row is one key's state and version.
@@ -66,13 +74,9 @@ func (m *MemoryStore) Load(ctx context.Context, key string) ([]byte, int64, erro
 	if err := m.wait(ctx); err != nil {
 		return nil, 0, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.err != nil {
-		return nil, 0, m.err
-	}
-	r := m.rows[key]
-	return bytes.Clone(r.state), r.version, nil
+	op := &storeOp{key: key, load: true}
+	m.apply(op)
+	return op.state, op.version, op.err
 }
 
 // CompareAndSwap stores a copy of next for key, as version+1, when its
@@ -82,25 +86,98 @@ func (m *MemoryStore) CompareAndSwap(ctx context.Context, key string, version in
 	if err := m.wait(ctx); err != nil {
 		return false, err
 	}
+	op := &storeOp{key: key, version: version, state: bytes.Clone(next)}
+	m.apply(op)
+	return op.ok, op.err
+}
+
+// storeOp is a Load or a CompareAndSwap due at one instant, and its
+// answer.
+type storeOp struct {
+	key     string
+	load    bool
+	version int64
+	state   []byte
+	ok      bool
+	err     error
+	done    bool
+}
+
+// apply carries op out with every other call due at the same instant,
+// in an order of their own rather than the goroutines': for each key the
+// writes first, in order of their bytes, then the reads, which see them.
+// So a fleet played in virtual time writes and reads alike on every
+// replay. (In real time the calls of an instant are those a nanosecond's
+// wait gathers.)
+func (m *MemoryStore) apply(op *storeOp) {
+	m.mu.Lock()
+	m.due = append(m.due, op)
+	m.mu.Unlock()
+	time.Sleep(time.Nanosecond)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.err != nil {
-		return false, m.err
+	if op.done {
+		return
 	}
-	if m.rows[key].version != version {
-		return false, nil
+	due := m.due
+	m.due = nil
+	slices.SortStableFunc(due, func(a, b *storeOp) int {
+		if c := strings.Compare(a.key, b.key); c != 0 {
+			return c
+		}
+		if a.load != b.load {
+			if b.load {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(a.version, b.version); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.state, b.state)
+	})
+	for _, o := range due {
+		m.do(o)
+		o.done = true
+	}
+}
+
+// do carries out one call; m.mu is held.
+func (m *MemoryStore) do(op *storeOp) {
+	if m.err != nil {
+		op.err = m.err
+		return
+	}
+	r := m.rows[op.key]
+	if op.load {
+		op.state, op.version = bytes.Clone(r.state), r.version
+		return
+	}
+	if r.version != op.version {
+		return
 	}
 	if m.rows == nil {
 		m.rows = make(map[string]row)
 	}
-	m.rows[key] = row{state: bytes.Clone(next), version: version + 1}
-	for ch := range m.watchers[key] {
-		select {
-		case ch <- struct{}{}:
-		default: // a change is pending already: one is as good as two
+	m.rows[op.key] = row{state: op.state, version: op.version + 1}
+	op.ok = true
+	// The watchers hear of it a nanosecond on, after the answers of this
+	// instant: which of the two a caller saw first must not depend on the
+	// goroutines' order.
+	watchers := slices.Collect(maps.Keys(m.watchers[op.key]))
+	time.AfterFunc(time.Nanosecond, func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, ch := range watchers {
+			if _, ok := m.watchers[op.key][ch]; !ok {
+				continue // its watch ended: the channel is closed
+			}
+			select {
+			case ch <- struct{}{}:
+			default: // a change is pending already: one is as good as two
+			}
 		}
-	}
-	return true, nil
+	})
 }
 
 // Watch returns a channel that receives after each change of key's

@@ -31,11 +31,14 @@ type matrixRow struct {
 	callsSent float64 // store calls per request sent
 }
 
-// outcome is what replays of one seed must give alike.
+// outcome is what replays of one seed must give alike, as the tables
+// print it: the times to a tenth of a second, since which of two writes
+// due at one instant lands first (the scheduler's, in a fleet as in
+// virtual time) may move a call by a store call's latency.
 func (m matrixRow) outcome() string {
 	r := m.r
-	return fmt.Sprintf("answered %d, 429s %d, sent %d, p50 %v, p95 %v, p95 to any outcome %v, late %d, parked %d, early %d",
-		r.Answered, r.Got429, r.Sent, r.P50, r.P95, r.P95Done, r.Late, r.Parked, r.Early)
+	return fmt.Sprintf("answered %d, 429s %d, sent %d, p50 %s, p95 %s, p95 to any outcome %s, late %d, parked %d, early %d",
+		r.Answered, r.Got429, r.Sent, seconds(r.P50), seconds(r.P95), seconds(r.P95Done), r.Late, r.Parked, r.Early)
 }
 
 // TestFleetStoreMatrix plays rate-limit, failover-overload and hard-down
