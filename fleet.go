@@ -130,9 +130,32 @@ func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v ve
 	w = b.stand(now, w, start, end, v, c)
 	b.fleetOf()
 	b.watchAsNeeded()
+	if !b.headMoved() {
+		// Behind this process's first call: nothing the fleet sees has
+		// changed, and its turn is as it was.
+		b.scheduleFleet(now)
+		b.mu.Unlock()
+		return w
+	}
 	b.mu.Unlock()
 	b.await(&request{kind: toTurn, now: now, deadline: deadline})
 	return w
+}
+
+// headMoved reports whether this process's line now has another first
+// call than its entry in the state says (the line's turn may have come,
+// and the fleet must see it), or has just become empty or not. b.mu is
+// held.
+func (b *Breaker) headMoved() bool {
+	var head time.Time
+	if w := b.line.first(); w != nil {
+		head = w.start
+	}
+	var published time.Time
+	if e := b.entry(b.fleet.id); e != nil && e.Waiting > 0 {
+		published = e.Head
+	}
+	return !head.Equal(published)
 }
 
 // fleetExpire is expire with a Store: the call goes if it was let
@@ -145,6 +168,11 @@ func (b *Breaker) fleetExpire(now time.Time, w *waiter, deadline time.Time) (ver
 		return verdict{pass: true, t: w.t}, true
 	}
 	b.remove(w)
+	if !b.headMoved() {
+		b.scheduleFleet(now)
+		b.mu.Unlock()
+		return w.v, false
+	}
 	b.mu.Unlock()
 	b.await(&request{kind: toTurn, now: now, deadline: deadline})
 	return w.v, false
@@ -160,6 +188,11 @@ func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}, deadline: deadline}
 	}
 	b.remove(w)
+	if back == nil && !b.headMoved() {
+		b.scheduleFleet(now)
+		b.mu.Unlock()
+		return
+	}
 	b.mu.Unlock()
 	if back != nil {
 		b.enqueue(back)
