@@ -32,7 +32,8 @@ import (
 // Watch tells it), a decision that changes nothing writes nothing, and a
 // waiting call is woken in its turn rather than on every change. So a
 // request through a closed breaker costs at most four store calls, and
-// usually fewer.
+// usually fewer; a call that waits in line costs a load more each time
+// its turn can have come.
 //
 // On PostgreSQL a store is one row per key: the key, a version column and
 // the state (bytea); CompareAndSwap is an UPDATE (or, at version 0, an
