@@ -288,7 +288,10 @@ func readRunError(v json.RawMessage) (error, error) {
 	if err := json.Compact(&compact, v); err != nil {
 		return nil, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return errors.New(compact.String()), nil
+	// Its bytes as encoding/json writes a string back: invalid UTF-8
+	// as U+FFFD, so that a letter read, written and read again is the
+	// same.
+	return errors.New(strings.ToValidUTF8(compact.String(), "\uFFFD")), nil
 }
 
 // jsonString returns the string v holds, and false when v is not a JSON
