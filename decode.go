@@ -155,7 +155,11 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 		if err != nil {
 			return rec, fmt.Errorf(`field "cause": %s`, err)
 		}
-		rec.cause = errors.New(s)
+		if s != "" {
+			// An empty cause is none: the JSON leaves out a cause it has
+			// no text for, and reads the same twice.
+			rec.cause = errors.New(s)
+		}
 	}
 	return rec, nil
 }
