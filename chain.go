@@ -532,7 +532,14 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if pool != nil {
-			target, chosen = pool.target(r.now())
+			next, c := pool.target(r.now())
+			if next.Breaker != target.Breaker {
+				// The call's place in line after its wait is in the
+				// breaker it waited for, not in the one chosen now.
+				target.Breaker.leave(line, r.deadline())
+				line = nil
+			}
+			target, chosen = next, c
 		}
 		c := target.cost(req)
 		t, skip, ok := r.admit(target, bi, try, line, c)

@@ -136,6 +136,31 @@ func TestPoolFailsOverWithinThePool(t *testing.T) {
 	})
 }
 
+// When every deployment failed, the call waits by its policy, then goes
+// to whichever deployment is best when the wait ends: its place in the
+// line of the one it waited for is given up, not carried to another.
+func TestPoolRetriesAfterAWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("overloaded"))
+		da, db := newDesk("a", takes(0, down)), newDesk("b", takes(0, down))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{sec}}}}}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		start := time.Now()
+		got, err := c.Do(ctx, "r")
+		if err != nil || time.Since(start) != sec {
+			t.Fatalf("Do() = %q, %v after %v; want an answer after 1s", got, err, time.Since(start))
+		}
+		for _, d := range []llmretry.Deployment[string, string]{pa, pb} {
+			if s := d.Backend.Breaker.State(); s.LetThrough != 0 {
+				t.Errorf("%s: %d requests in flight after the call, want 0", d.Name, s.LetThrough)
+			}
+		}
+	})
+}
+
 // A failure about the request is not retried across the pool: another
 // deployment would answer it the same way.
 func TestPoolDoesNotRetryTheRequestsFault(t *testing.T) {
