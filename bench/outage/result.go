@@ -36,7 +36,6 @@ type Result struct {
 	SentBy, AnsweredBy, Got429By []int
 	SentBinsBy, Bins429By        [][]int // requests sent, and answered 429, per 10 s of their send
 	Tokens                       int     // the input and output tokens of the requests answered
-	RoomySpills                  int     // requests sent to a higher tier while a lower one held what they cost
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -67,12 +66,11 @@ func (w *world) result(st Strategy) *Result {
 		AnsBins:  w.ansBins,
 		Bins429:  w.bins429,
 
-		SentBy:      w.sent,
-		AnsweredBy:  make([]int, len(w.provs)),
-		Got429By:    w.got429By,
-		SentBinsBy:  w.sentBinsBy,
-		Bins429By:   w.bins429By,
-		RoomySpills: w.roomySpills,
+		SentBy:     w.sent,
+		AnsweredBy: make([]int, len(w.provs)),
+		Got429By:   w.got429By,
+		SentBinsBy: w.sentBinsBy,
+		Bins429By:  w.bins429By,
 	}
 	for _, n := range w.sent {
 		r.Sent += n

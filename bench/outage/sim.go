@@ -31,7 +31,7 @@ const idHeader = "X-Outage-Request"
 // after the last phase the provider is healthy.
 type Phase struct {
 	Until      time.Duration
-	Status     int           // 503 or 429; 0 for a hang
+	Status     int           // 503 or 429; 0 for a hang; 200 for healthy (the buckets decide), as after the last phase
 	RetryAfter time.Duration // the Retry-After header, in whole seconds; 0: none
 	Hang       time.Duration // with Status 0: the request answers 200 after this long
 }
@@ -181,16 +181,10 @@ type world struct {
 	ansBins  []int // answers per bin
 	bins429  []int // requests answered 429, per bin of their send
 
-	maxTokens int // the completion budget every request asks for
-
 	// The same by provider, for the pictures of pools: requests sent
 	// and answered 429 per bin, and the 429s.
 	sentBinsBy, bins429By [][]int
 	got429By              []int
-	// roomySpills counts the requests sent to a provider of a higher
-	// tier while one of a lower tier, healthy, held what the request
-	// costs by its estimate (its input and its completion budget).
-	roomySpills int
 }
 
 // bin is the width of the time series that the SVGs draw.
@@ -336,6 +330,9 @@ func (p *provider) admit(c *caller, now time.Duration) outcome {
 		if now >= ph.Until {
 			continue
 		}
+		if ph.Status == http.StatusOK {
+			break
+		}
 		switch {
 		case ph.Status == http.StatusTooManyRequests:
 			return outcome{status: ph.Status, retryAfter: ph.RetryAfter, latency: fail429}
@@ -412,9 +409,6 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 			return
 		}
 		send = w.now()
-		if w.roomyBelow(p, c, send) {
-			w.roomySpills++
-		}
 		o = p.admit(c, send)
 		w.sent[p.index]++
 		w.count(&w.sentBins, send)
@@ -533,39 +527,6 @@ func (p *provider) caller(req *http.Request) *caller {
 	return p.w.calls[id]
 }
 
-// failing reports whether a request sent at now gets a phase's answer
-// rather than the healthy one.
-func (p *provider) failing(now time.Duration) bool {
-	for _, ph := range p.Phases {
-		if now < ph.Until {
-			return true
-		}
-	}
-	return false
-}
-
-// holds reports whether the provider's buckets, as they stand at now,
-// hold n tokens of the model and a request, without taking them.
-func (p *provider) holds(now time.Duration, n int) bool {
-	elapsed := (now - p.last).Seconds()
-	if p.Rate > 0 && min(float64(p.Burst), p.tokens+p.Rate*elapsed) < 1 {
-		return false
-	}
-	return p.TokenRate <= 0 || min(float64(p.TokenBurst), p.llmTokens+p.TokenRate*elapsed) >= float64(n)
-}
-
-// roomyBelow reports whether c's request, sent to p at now, goes to a
-// higher tier than a healthy provider whose buckets hold what the
-// request costs by its estimate: its input and its completion budget.
-func (w *world) roomyBelow(p *provider, c *caller, now time.Duration) bool {
-	for _, q := range w.provs {
-		if q.Tier < p.Tier && !q.failing(now) && q.holds(now, c.in+w.maxTokens) {
-			return true
-		}
-	}
-	return false
-}
-
 // count adds one to the bin of time at.
 func (w *world) count(bins *[]int, at time.Duration) {
 	i := int(at / bin)
@@ -613,7 +574,7 @@ type doFunc func(ctx context.Context, id int) (by int, err error)
 // instant in caller order when order is 0, and otherwise in an order
 // shuffled from the seed order.
 func play(sc *Scenario, st Strategy, seed, order uint64) *Result {
-	w := &world{seed: seed, t0: time.Now(), wake: make(chan struct{}, 1), maxTokens: sc.Tokens.MaxTokens}
+	w := &world{seed: seed, t0: time.Now(), wake: make(chan struct{}, 1)}
 	if order != 0 {
 		w.order = rand.New(rand.NewPCG(order, 0x6f72646572))
 	}
