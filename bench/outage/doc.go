@@ -64,4 +64,17 @@
 // [FleetStrategies] differ in what the processes share (fleet.go). The
 // test TestWriteFleetReport -update writes results/fleet.md, one SVG and
 // the fleet section of BENCHMARKS.md.
+//
+// # Pools
+//
+// [PoolScenarios] serve one model from several deployments
+// ([Scenario.Deployments]), each behind a bucket of requests and one of
+// the model's tokens ([Provider.TokenRate]); every request costs tokens
+// ([Tokens]), and the answers report them as usage. The rows of
+// [PoolStrategies] are llmretry's Backend.Pool, the same deployments as
+// an ordered chain, and four gateways' ways of balancing modelled from
+// their documentation (poolrows.go), over fleets of [PoolSizes]
+// processes. The test TestWritePoolReport -update writes
+// results/pools.md, one picture per scenario and the pools section of
+// BENCHMARKS.md; TestPoolTargets holds the pool to the targets.
 package outage

@@ -31,6 +31,11 @@ type Result struct {
 
 	StoreCalls int64 // calls to the Breakers' shared store (fleet rows with one); 0 without
 	Late       int   // callers whose strategy returned after their deadline had passed
+
+	// By provider, in the scenario's order (pool scenarios).
+	SentBy, AnsweredBy, Got429By []int
+	SentBinsBy, Bins429By        [][]int // requests sent, and answered 429, per 10 s of their send
+	Tokens                       int     // the input and output tokens of the requests answered
 }
 
 // SentPerAnswer is Sent / Answered; 0 when nothing was answered.
@@ -54,12 +59,21 @@ func (w *world) result(st Strategy) *Result {
 		Breaker:  st.Breaker,
 		Paced:    st.Paced,
 		Requests: len(w.calls),
-		Sent:     w.sent[0] + w.sent[1],
+
 		Billed:   w.billed,
 		Got429:   w.got429,
 		SentBins: w.sentBins,
 		AnsBins:  w.ansBins,
 		Bins429:  w.bins429,
+
+		SentBy:     w.sent,
+		AnsweredBy: make([]int, len(w.provs)),
+		Got429By:   w.got429By,
+		SentBinsBy: w.sentBinsBy,
+		Bins429By:  w.bins429By,
+	}
+	for _, n := range w.sent {
+		r.Sent += n
 	}
 	var times, done []time.Duration
 	for _, c := range w.calls {
@@ -72,6 +86,10 @@ func (w *world) result(st Strategy) *Result {
 			} else {
 				r.BySecond++
 			}
+			if c.by >= 0 && c.by < len(r.AnsweredBy) {
+				r.AnsweredBy[c.by]++
+			}
+			r.Tokens += c.in + c.out
 			times = append(times, c.answeredAt-c.arrive)
 		}
 		if c.parked() {

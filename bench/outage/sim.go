@@ -31,7 +31,7 @@ const idHeader = "X-Outage-Request"
 // after the last phase the provider is healthy.
 type Phase struct {
 	Until      time.Duration
-	Status     int           // 503 or 429; 0 for a hang
+	Status     int           // 503 or 429; 0 for a hang; 200 for healthy (the buckets decide), as after the last phase
 	RetryAfter time.Duration // the Retry-After header, in whole seconds; 0: none
 	Hang       time.Duration // with Status 0: the request answers 200 after this long
 }
@@ -44,6 +44,17 @@ type Provider struct {
 	Rate     float64 // token bucket: tokens per second; 0 means no rate limit
 	Burst    int     // token bucket: its size, full at the start
 	Truncate float64 // the share of requests this provider cuts off at the budget
+
+	// A second bucket, of the model's tokens, beside the requests' (pool
+	// scenarios): a request costs its input and output tokens (see
+	// [Tokens]) and is let through only when both buckets hold what it
+	// costs. 0 means no such limit.
+	TokenRate  float64 // the model's tokens added per second
+	TokenBurst int     // the most the bucket holds, full at the start
+
+	// Tier is the deployment's priority in a pool scenario: 0 is the
+	// first, higher tiers take what the lower ones cannot.
+	Tier int
 }
 
 // Scenario is one scripted outage.
@@ -55,6 +66,75 @@ type Scenario struct {
 	Deadline time.Duration // each caller's deadline from its arrival; 0 means none
 	Primary  Provider
 	Second   Provider
+
+	// Pool scenarios: the deployments of one model, in the pool's order;
+	// when set, Primary and Second are not used.
+	Deployments []Provider
+	// Tokens is what each request costs, for the providers' tokens
+	// buckets and the usage their answers report; the zero Tokens is
+	// the fixed 10 in and 10 out of the scenarios without such buckets.
+	Tokens Tokens
+	// Waves, when set, replace Requests and Over: arrivals come in
+	// stretches, each at its own rate.
+	Waves []Wave
+}
+
+// Tokens is the cost of the requests of a scenario: each request's input
+// and output tokens are drawn uniformly, seeded by its number, from In
+// and Out; MaxTokens is the completion budget every request asks for,
+// which its output never exceeds.
+type Tokens struct {
+	In, Out   [2]int
+	MaxTokens int
+}
+
+// Wave is one stretch of arrivals: Requests at seeded uniform times from
+// the end of the previous wave until Until.
+type Wave struct {
+	Until    time.Duration
+	Requests int
+}
+
+// providers are the scenario's backends, in order.
+func (sc *Scenario) providers() []*Provider {
+	if len(sc.Deployments) > 0 {
+		ps := make([]*Provider, len(sc.Deployments))
+		for i := range sc.Deployments {
+			ps[i] = &sc.Deployments[i]
+		}
+		return ps
+	}
+	return []*Provider{&sc.Primary, &sc.Second}
+}
+
+// requests is how many callers the scenario has.
+func (sc *Scenario) requests() int {
+	if len(sc.Waves) == 0 {
+		return sc.Requests
+	}
+	n := 0
+	for _, w := range sc.Waves {
+		n += w.Requests
+	}
+	return n
+}
+
+// span is when the last arrival may come.
+func (sc *Scenario) span() time.Duration {
+	if len(sc.Waves) == 0 {
+		return sc.Over
+	}
+	return sc.Waves[len(sc.Waves)-1].Until
+}
+
+// cost draws request id's input and output tokens.
+func (t Tokens) cost(seed uint64, id int) (in, out int) {
+	if t == (Tokens{}) {
+		return 10, 10
+	}
+	r := rand.New(rand.NewPCG(seed^0x746f6b656e73, uint64(id)))
+	draw := func(b [2]int) int { return b[0] + r.IntN(b[1]-b[0]+1) }
+	return draw(t.In), draw(t.Out)
 }
 
 // caller is one request's life, as the providers saw it. The dispatcher
@@ -64,9 +144,10 @@ type caller struct {
 	arrive   time.Duration // from the start of the run
 	deadline time.Duration // absolute, from the start; 0 means none
 
-	raUntil [2]time.Duration // when the last retry-after each provider gave this caller runs out
-	early   int              // requests sent before that
-	flights []flight         // every request sent, in order
+	raUntil []time.Duration // when the last retry-after each provider gave this caller runs out
+	early   int             // requests sent before that
+	flights []flight        // every request sent, in order
+	in, out int             // the tokens the request costs: its input, and the output it generates
 
 	done       time.Duration // when the strategy returned
 	answered   bool
@@ -82,7 +163,7 @@ type flight struct{ send, end time.Duration }
 type world struct {
 	seed  uint64
 	t0    time.Time
-	provs [2]*provider
+	provs []*provider
 	calls []*caller
 
 	// The dispatcher's queue. Goroutines append and wait; the dispatcher
@@ -93,12 +174,17 @@ type world struct {
 	order *rand.Rand // nil: caller order; else a seeded shuffle of it
 
 	// Counters, written only by the dispatcher.
-	sent     [2]int
+	sent     []int // by provider
 	got429   int
 	billed   int
 	sentBins []int // requests sent per bin
 	ansBins  []int // answers per bin
 	bins429  []int // requests answered 429, per bin of their send
+
+	// The same by provider, for the pictures of pools: requests sent
+	// and answered 429 per bin, and the 429s.
+	sentBinsBy, bins429By [][]int
+	got429By              []int
 }
 
 // bin is the width of the time series that the SVGs draw.
@@ -180,6 +266,8 @@ type provider struct {
 
 	reading *limits       // what the bucket tells the requests it decided at readAt
 	readAt  time.Duration //
+
+	llmTokens float64 // the tokens bucket's tokens (the model's), at last
 }
 
 // outcome is what the provider decided for one request when it arrived.
@@ -199,6 +287,10 @@ type outcome struct {
 type limits struct {
 	limit, remaining int
 	reset            time.Duration
+
+	// The tokens bucket's, in x-ratelimit-*-tokens; tokenLimit 0: none.
+	tokenLimit, tokenRemaining int
+	tokenReset                 time.Duration
 }
 
 // bucketLimits reads the bucket as it stands once it has decided the
@@ -214,10 +306,21 @@ func (p *provider) bucketLimits(now time.Duration) *limits {
 	if p.reading == nil || p.readAt != now {
 		p.reading, p.readAt = &limits{limit: p.Burst}, now
 	}
-	untilFull := (float64(p.Burst) - p.tokens) / p.Rate * float64(time.Second)
-	ms := time.Duration(math.Ceil(untilFull/float64(time.Millisecond))) * time.Millisecond
-	p.reading.remaining, p.reading.reset = int(math.Floor(p.tokens)), max(ms, 0)
+	if p.Rate > 0 {
+		p.reading.remaining, p.reading.reset = int(math.Floor(p.tokens)), untilFull(float64(p.Burst)-p.tokens, p.Rate)
+	}
+	if p.TokenRate > 0 {
+		p.reading.tokenLimit = p.TokenBurst
+		p.reading.tokenRemaining, p.reading.tokenReset = int(math.Floor(p.llmTokens)), untilFull(float64(p.TokenBurst)-p.llmTokens, p.TokenRate)
+	}
 	return p.reading
+}
+
+// untilFull is the time a bucket missing missing units takes to refill at
+// rate a second, rounded up to the millisecond.
+func untilFull(missing, rate float64) time.Duration {
+	ms := time.Duration(math.Ceil(missing/rate*float64(time.Second)/float64(time.Millisecond))) * time.Millisecond
+	return max(ms, 0)
 }
 
 // admit decides a request from c that arrives now. It runs on the
@@ -226,6 +329,9 @@ func (p *provider) admit(c *caller, now time.Duration) outcome {
 	for _, ph := range p.Phases {
 		if now >= ph.Until {
 			continue
+		}
+		if ph.Status == http.StatusOK {
+			break
 		}
 		switch {
 		case ph.Status == http.StatusTooManyRequests:
@@ -236,17 +342,32 @@ func (p *provider) admit(c *caller, now time.Duration) outcome {
 			return outcome{status: http.StatusOK, latency: ph.Hang, generating: true}
 		}
 	}
-	if p.Rate > 0 {
-		p.tokens = min(float64(p.Burst), p.tokens+p.Rate*(now-p.last).Seconds())
+	if p.Rate > 0 || p.TokenRate > 0 {
+		elapsed := (now - p.last).Seconds()
 		p.last = now
-		if p.tokens < 1 {
+		p.tokens = min(float64(p.Burst), p.tokens+p.Rate*elapsed)
+		p.llmTokens = min(float64(p.TokenBurst), p.llmTokens+p.TokenRate*elapsed)
+		// The time until each bucket holds what the request costs.
+		var next float64
+		if p.Rate > 0 && p.tokens < 1 {
+			next = (1 - p.tokens) / p.Rate
+		}
+		cost := float64(c.in + c.out)
+		if p.TokenRate > 0 && p.llmTokens < cost {
+			next = max(next, (cost-p.llmTokens)/p.TokenRate)
+		}
+		if next > 0 {
 			// Retry-After carries whole seconds: round the time to the
 			// next token up, so that a caller who honours it finds one.
-			next := (1 - p.tokens) / p.Rate
 			return outcome{status: http.StatusTooManyRequests, retryAfter: time.Duration(math.Ceil(next)) * time.Second, latency: fail429,
 				limits: p.bucketLimits(now)}
 		}
-		p.tokens--
+		if p.Rate > 0 {
+			p.tokens--
+		}
+		if p.TokenRate > 0 {
+			p.llmTokens -= cost
+		}
 		return outcome{status: http.StatusOK, latency: p.Answer, generating: true, truncated: p.truncates(c.id),
 			limits: p.bucketLimits(now)}
 	}
@@ -291,6 +412,7 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 		o = p.admit(c, send)
 		w.sent[p.index]++
 		w.count(&w.sentBins, send)
+		w.count(&w.sentBinsBy[p.index], send)
 		if send < c.raUntil[p.index] {
 			c.early++
 		}
@@ -325,7 +447,9 @@ func (p *provider) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if o.status == http.StatusTooManyRequests {
 			w.got429++
+			w.got429By[p.index]++
 			w.count(&w.bins429, send)
+			w.count(&w.bins429By[p.index], send)
 		}
 		if o.retryAfter > 0 {
 			c.raUntil[p.index] = max(c.raUntil[p.index], end+o.retryAfter)
@@ -343,12 +467,23 @@ func (p *provider) response(req *http.Request, o outcome) *http.Response {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	if l := o.limits; l != nil {
-		// Sent on every answer the bucket decided, 200 and 429 alike, as
-		// OpenAI does. The simulation has no tokens bucket, so the
-		// -tokens headers, which would describe one, are left out.
-		h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(l.limit))
-		h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(l.remaining))
-		h.Set("X-Ratelimit-Reset-Requests", l.reset.String())
+		// Sent on every answer the buckets decided, 200 and 429 alike, as
+		// OpenAI does: the -tokens headers only for a provider with a
+		// tokens bucket.
+		if l.limit > 0 {
+			h.Set("X-Ratelimit-Limit-Requests", strconv.Itoa(l.limit))
+			h.Set("X-Ratelimit-Remaining-Requests", strconv.Itoa(l.remaining))
+			h.Set("X-Ratelimit-Reset-Requests", l.reset.String())
+		}
+		if l.tokenLimit > 0 {
+			h.Set("X-Ratelimit-Limit-Tokens", strconv.Itoa(l.tokenLimit))
+			h.Set("X-Ratelimit-Remaining-Tokens", strconv.Itoa(l.tokenRemaining))
+			h.Set("X-Ratelimit-Reset-Tokens", l.tokenReset.String())
+		}
+	}
+	in, out := 10, 10
+	if c := p.caller(req); c != nil {
+		in, out = c.in, c.out
 	}
 	var body string
 	if o.status == http.StatusOK {
@@ -358,7 +493,8 @@ func (p *provider) response(req *http.Request, o outcome) *http.Response {
 		}
 		body = `{"id":"chatcmpl-sim","object":"chat.completion","created":0,"model":"` + p.Name +
 			`","choices":[{"index":0,"message":{"role":"assistant","content":"answer"},"finish_reason":"` + finish +
-			`","logprobs":null}],"usage":{"prompt_tokens":10,"completion_tokens":10,"total_tokens":20}}`
+			`","logprobs":null}],"usage":{"prompt_tokens":` + strconv.Itoa(in) + `,"completion_tokens":` + strconv.Itoa(out) +
+			`,"total_tokens":` + strconv.Itoa(in+out) + `}}`
 	} else {
 		if o.retryAfter > 0 {
 			h.Set("Retry-After", strconv.Itoa(int(o.retryAfter/time.Second)))
@@ -378,6 +514,19 @@ func (p *provider) response(req *http.Request, o outcome) *http.Response {
 	}
 }
 
+// caller is the caller whose request req is; nil when req carries no
+// valid number (a test's bare response).
+func (p *provider) caller(req *http.Request) *caller {
+	if req == nil || p.w == nil {
+		return nil
+	}
+	id, err := strconv.Atoi(req.Header.Get(idHeader))
+	if err != nil || id < 0 || id >= len(p.w.calls) {
+		return nil
+	}
+	return p.w.calls[id]
+}
+
 // count adds one to the bin of time at.
 func (w *world) count(bins *[]int, at time.Duration) {
 	i := int(at / bin)
@@ -385,6 +534,23 @@ func (w *world) count(bins *[]int, at time.Duration) {
 		*bins = append(*bins, 0)
 	}
 	(*bins)[i]++
+}
+
+// arrivals returns the scenario's seeded arrival times, sorted: those of
+// its waves, or Requests in [0, Over).
+func (sc *Scenario) arrivals(seed uint64) []time.Duration {
+	if len(sc.Waves) == 0 {
+		return arrivals(seed, sc.Requests, sc.Over)
+	}
+	var at []time.Duration
+	from := time.Duration(0)
+	for i, wv := range sc.Waves {
+		for _, a := range arrivals(seed+uint64(i)*0x9e3779b9, wv.Requests, wv.Until-from) {
+			at = append(at, from+a)
+		}
+		from = wv.Until
+	}
+	return at
 }
 
 // arrivals returns n seeded random arrival times in [0, over), sorted, so
@@ -414,21 +580,28 @@ func play(sc *Scenario, st Strategy, seed, order uint64) *Result {
 	if order != 0 {
 		w.order = rand.New(rand.NewPCG(order, 0x6f72646572))
 	}
-	for i, spec := range []*Provider{&sc.Primary, &sc.Second} {
-		w.provs[i] = &provider{Provider: spec, w: w, index: i, tokens: float64(spec.Burst)}
+	specs := sc.providers()
+	w.provs = make([]*provider, len(specs))
+	for i, spec := range specs {
+		w.provs[i] = &provider{Provider: spec, w: w, index: i, tokens: float64(spec.Burst), llmTokens: float64(spec.TokenBurst)}
 	}
-	at := arrivals(seed, sc.Requests, sc.Over)
+	w.sent, w.got429By = make([]int, len(specs)), make([]int, len(specs))
+	w.sentBinsBy, w.bins429By = make([][]int, len(specs)), make([][]int, len(specs))
+	at := sc.arrivals(seed)
 	w.calls = make([]*caller, len(at))
 	for i, a := range at {
-		w.calls[i] = &caller{id: i, arrive: a, by: -1}
+		c := &caller{id: i, arrive: a, by: -1, raUntil: make([]time.Duration, len(specs))}
+		c.in, c.out = sc.Tokens.cost(seed, i)
 		if sc.Deadline > 0 {
-			w.calls[i].deadline = a + sc.Deadline
+			c.deadline = a + sc.Deadline
 		}
+		w.calls[i] = c
 	}
 	stop := make(chan struct{})
 	go w.dispatch(stop)
 
-	e := &Env{seed: seed, deadline: sc.Deadline > 0}
+	e := &Env{seed: seed, deadline: sc.Deadline > 0, sc: sc, calls: w.calls,
+		transports: make([]http.RoundTripper, len(w.provs)), urls: make([]string, len(w.provs))}
 	for i, p := range w.provs {
 		e.transports[i] = p
 		e.urls[i] = "http://" + strings.ToLower(p.Name) + ".invalid/v1/"
@@ -450,7 +623,7 @@ func play(sc *Scenario, st Strategy, seed, order uint64) *Result {
 			now := w.now()
 			// The answer is recorded on the dispatcher so that the bins
 			// are written by one goroutine.
-			w.do(c, 2, func() {
+			w.do(c, len(w.provs), func() {
 				c.done = now
 				if err == nil {
 					c.answered, c.by, c.answeredAt = true, by, now

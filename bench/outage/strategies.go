@@ -59,14 +59,16 @@ const (
 	nameOpenAI       = "openai-go (default retries)"
 )
 
-// Env is what a strategy is built from for one run: the two providers'
+// Env is what a strategy is built from for one run: the providers'
 // transports and whether callers have a deadline. What a strategy shares
 // across calls (breakers, clients) it builds once per run from it.
 type Env struct {
 	seed       uint64
 	deadline   bool
-	transports [2]http.RoundTripper
-	urls       [2]string
+	transports []http.RoundTripper // by provider, in the scenario's order
+	urls       []string
+	sc         *Scenario
+	calls      []*caller // the callers, for what a request asks of the pool strategies (its input, its budget)
 
 	storeCalls func() int64 // the calls a strategy made to its shared store, for Result.StoreCalls; nil: none
 }
