@@ -219,6 +219,13 @@ type verdict struct {
 	paced  bool      // closed by pacing, not open: the call skips with Why paced
 }
 
+// onTurn is the verdict for a call in line behind calls the breaker is
+// letting go, a handOff apart from the gate on: held by the line's pace,
+// which is pacing, as its record says if its wait is cut. b.mu is held.
+func (b *Breaker) onTurn() verdict {
+	return verdict{turn: true, paced: true, kind: KindTransient, until: b.line.gate}
+}
+
 // rules applies the Breaker's rules to a call that wants to send at now
 // with k calls ahead of it in line, its request estimated at c; it leaves
 // the state as it is. b.mu is held.
@@ -256,7 +263,9 @@ func (b *Breaker) letThrough(now time.Time, v verdict, c cost) verdict {
 		// While the backend has never reported, its counts go with the
 		// next write rather than one of their own: numbered here alone.
 		v.t.local = f.local || !b.pacing.has
-		b.ownEntry(now).InFlight++
+		e := b.ownEntry(now)
+		e.InFlight++
+		e.Est = e.Est.plus(c)
 		if probe {
 			f.probe, f.probeAt = b.probeName(v.t), now.Add(b.lease())
 		}
@@ -300,7 +309,7 @@ func (b *Breaker) answer(now time.Time, w *waiter, c cost) (v verdict, take bool
 	case first == w:
 		v = b.rules(now, b.othersAhead(w.start), c)
 		if v.pass && now.Before(b.line.gate) {
-			return verdict{turn: true, until: b.line.gate}, false
+			return b.onTurn(), false
 		}
 	default:
 		// Behind calls of the line: held back as the first is, and
@@ -315,7 +324,7 @@ func (b *Breaker) answer(now time.Time, w *waiter, c cost) (v verdict, take bool
 			limit = 0
 		}
 		if v = b.rules(now, others+b.line.queue.countBefore(w, limit), c); v.pass {
-			return verdict{turn: true, until: b.line.gate}, false
+			return b.onTurn(), false
 		}
 	}
 	if !v.pass {
@@ -370,8 +379,9 @@ func (b *Breaker) claim(w *waiter) (verdict, bool) {
 }
 
 // expire ends the wait of w at now, the end of its bound: it is let
-// through if its turn came at this very instant, and otherwise leaves the
-// line, with what held it back. deadline is the call's (zero: none).
+// through if it was given its turn by now (without a Store, a turn that
+// comes at this very instant counts), and otherwise leaves the line,
+// with what held it back. deadline is the call's (zero: none).
 func (b *Breaker) expire(now time.Time, w *waiter, deadline time.Time) (verdict, bool) {
 	if b.Store != nil {
 		return b.fleetExpire(now, w, deadline)
@@ -574,7 +584,7 @@ func (b *Breaker) schedule(now time.Time) {
 	if w := b.line.ends.min(); w != nil {
 		next = w.end
 	}
-	if b.line.first() != nil {
+	if first := b.line.first(); first != nil {
 		h := &b.health
 		switch {
 		case now.Before(b.line.gate):
@@ -584,7 +594,7 @@ func (b *Breaker) schedule(now time.Time) {
 		case !h.until.IsZero():
 			// Half-open with a probe in flight: its outcome wakes the line.
 		case !b.NoPacing:
-			next = earliest(next, b.pacing.nextChange(now))
+			next = earliest(next, b.pacing.nextChange(now, first.cost))
 		}
 	}
 	b.setTimer(now, next)

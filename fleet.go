@@ -3,6 +3,7 @@ package llmretry
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -43,7 +44,6 @@ type fleet struct {
 	changes   uint64      // the changes heard so far: a read begun before the last one is stale
 	wseq      uint64      // this process's writes so far
 	carry     []change    // what this process decided that the store has not taken
-	carried   uint64      // the write that last tried to take carry; 0: none has
 	inView    bool        // the view holds carry already: it was decided on it and not read again since
 	unwritten bool        // the view holds decisions the store may not have: a write failed, or the store did
 	local     bool        // deciding without the store: what is let through is this process's alone
@@ -66,6 +66,7 @@ type change struct {
 	observe bool
 	t       ticket
 	o       outcome
+	in      uint64 // the first write, by this process's count, whose fate is not known that held it; 0: none
 }
 
 // request is a decision waiting for a sync.
@@ -77,7 +78,6 @@ type request struct {
 	start    time.Time // admit: when the call's Do began
 	t        ticket    // observe
 	o        outcome   // observe
-	deadline time.Time // the caller's, which bounds the store calls; zero: none
 	v        verdict   // admit's answer
 	done     chan struct{}
 	gone     bool // the caller stopped waiting for the answer
@@ -116,11 +116,18 @@ func (b *Breaker) lease() time.Duration { return cmp.Or(b.ProbeLease, DefaultPro
 
 // fleetAdmit is admit with a Store.
 func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cost, start time.Time) verdict {
-	r := &request{kind: toAdmit, now: now, w: w, deadline: deadline, cost: c, start: start}
-	if !b.await(r) {
-		return verdict{} // its deadline came first: held back, which the call then finds
+	r := &request{kind: toAdmit, now: now, w: w, cost: c, start: start}
+	if b.await(r, deadline) {
+		return r.v
 	}
-	return r.v
+	// Its deadline came while the store was slow: held back, as the view
+	// holds it, or, when the view would let it go, by its turn.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if v := b.rules(time.Now(), b.line.waiting()+b.othersAhead(maxTime), c); !v.pass {
+		return v
+	}
+	return b.onTurn()
 }
 
 // fleetWait is wait with a Store: the call stands in this process's
@@ -138,7 +145,7 @@ func (b *Breaker) fleetWait(now time.Time, w *waiter, start, end time.Time, v ve
 		return w
 	}
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, deadline: deadline})
+	b.await(&request{kind: toTurn, now: now}, deadline)
 	return w
 }
 
@@ -174,7 +181,7 @@ func (b *Breaker) fleetExpire(now time.Time, w *waiter, deadline time.Time) (ver
 		return w.v, false
 	}
 	b.mu.Unlock()
-	b.await(&request{kind: toTurn, now: now, deadline: deadline})
+	b.await(&request{kind: toTurn, now: now}, deadline)
 	return w.v, false
 }
 
@@ -185,7 +192,7 @@ func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 	var back *request
 	if w.granted {
 		w.granted = false
-		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}, deadline: deadline}
+		back = &request{kind: toObserve, now: now, t: w.t, o: outcome{kind: KindCancelled}}
 	}
 	b.remove(w)
 	if back == nil && !b.headMoved() {
@@ -197,12 +204,12 @@ func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 	if back != nil {
 		b.enqueue(back)
 	}
-	b.await(&request{kind: toTurn, now: now, deadline: deadline})
+	b.await(&request{kind: toTurn, now: now}, deadline)
 }
 
 // fleetObserve is observe with a Store.
 func (b *Breaker) fleetObserve(now time.Time, t ticket, o outcome, deadline time.Time) {
-	b.await(&request{kind: toObserve, now: now, t: t, o: o, deadline: deadline})
+	b.await(&request{kind: toObserve, now: now, t: t, o: o}, deadline)
 }
 
 // fleetTick is tick with a Store.
@@ -214,18 +221,21 @@ func (b *Breaker) fleetTick() {
 }
 
 // await hands r to the next sync and waits until it is decided, or
-// until its deadline: no call waits for the store past its deadline. It
-// reports whether r was decided by a sync; otherwise r was decided here,
-// on the view, or, already in a sync, is abandoned (gone): what the sync
-// lets through for it goes back.
-func (b *Breaker) await(r *request) bool {
+// until deadline (zero: none): no call waits for the store past its
+// deadline. It reports whether r was decided. Otherwise the sync goes on
+// without its caller, to write what r changes however soon the caller
+// stopped, except for a call that asks which no sync has taken yet: it
+// is decided here, on the view, and what that changes goes with the next
+// write. A call that asks and is already in a sync is abandoned (gone):
+// what the sync lets through for it goes back.
+func (b *Breaker) await(r *request, deadline time.Time) bool {
 	r.done = make(chan struct{})
 	b.enqueue(r)
-	if r.deadline.IsZero() {
+	if deadline.IsZero() {
 		<-r.done
 		return true
 	}
-	t := time.NewTimer(time.Until(r.deadline))
+	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-r.done:
@@ -240,9 +250,7 @@ func (b *Breaker) await(r *request) bool {
 		return true
 	default:
 	}
-	if i := slices.Index(f.pending, r); i >= 0 {
-		// No sync has taken it: decided here, on the view, and written
-		// with the next write.
+	if i := slices.Index(f.pending, r); i >= 0 && r.kind == toAdmit {
 		f.pending = slices.Delete(f.pending, i, i+1)
 		now := time.Now()
 		f.local, f.unwritten = true, true
@@ -318,7 +326,7 @@ func (b *Breaker) sync(batch []*request) {
 	for _, r := range batch {
 		now = later(now, r.now)
 	}
-	ctx, cancel := b.storeContext(now, batch)
+	ctx, cancel := b.storeContext(now)
 	defer cancel()
 	mustLoad := false
 	for try := 0; ; try++ {
@@ -340,6 +348,11 @@ func (b *Breaker) sync(batch []*request) {
 			}
 			b.mu.Lock()
 			b.adopt(st, ver, now)
+			if e := b.entry(f.id); e != nil {
+				// What a write whose answer was lost held is in the
+				// state if that write, or a later one, landed.
+				f.carry = slices.DeleteFunc(f.carry, func(c change) bool { return c.in != 0 && c.in <= e.Wseq })
+			}
 			// A change heard while the load was on its way may not be in
 			// what it read.
 			f.stale = f.stale || f.changes != heard
@@ -356,8 +369,8 @@ func (b *Breaker) sync(batch []*request) {
 			// many of this process's calls wait: they go with the next
 			// write.
 			f.carry = append(f.carry, d.wrote...)
+			f.down = false
 			b.mu.Unlock()
-			b.served(nil)
 			b.deliver(batch, d, now)
 			return
 		}
@@ -368,6 +381,7 @@ func (b *Breaker) sync(batch []*request) {
 			mustLoad = true
 			continue
 		}
+		var held int // how much of carry the write holds: what is added while it is on its way is not in it
 		if changed {
 			if e := b.entry(f.id); e != nil {
 				e.Waiting = b.line.waiting() - len(d.takes)
@@ -376,13 +390,19 @@ func (b *Breaker) sync(batch []*request) {
 				}
 			}
 			f.wseq++
-			b.ownEntry(now).Wseq = f.wseq
-			next = encodeShared(b.viewPtr())
+			e := b.ownEntry(now)
+			// Every write renews the lease: a process that writes is
+			// alive, and its requests in flight are still out.
+			e.Wseq, e.Lease = f.wseq, now.Add(b.lease())
+			st := b.view()
+			next, held = encodeShared(&st), len(f.carry)
 		}
 		ver := f.version
 		b.mu.Unlock()
 		if !changed {
-			b.served(nil)
+			b.mu.Lock()
+			f.down = false
+			b.mu.Unlock()
 			b.deliver(batch, d, now)
 			return
 		}
@@ -391,12 +411,22 @@ func (b *Breaker) sync(batch []*request) {
 		case err != nil:
 			// Decided on the fleet's state, but whether the write landed
 			// is not known: the view holds the decision, and what it
-			// changed is kept to be made again unless the state shows it
-			// landed.
+			// changed is kept, to be made again unless the state shows
+			// the write landed. A request it let through is then counted
+			// by this process alone, as one let through while the store
+			// failed is: the fleet may never have numbered it.
 			b.mu.Lock()
 			f.unwritten = true
+			localize(batch, &d)
+			for i := range f.carry[:held] {
+				if f.carry[i].in == 0 {
+					f.carry[i].in = f.wseq
+				}
+			}
+			for i := range d.wrote {
+				d.wrote[i].in = f.wseq
+			}
 			f.carry = append(f.carry, d.wrote...)
-			f.carried = f.wseq
 			f.stale = true
 			b.fail(err)
 			b.mu.Unlock()
@@ -406,8 +436,8 @@ func (b *Breaker) sync(batch []*request) {
 			b.mu.Lock()
 			f.version = ver + 1
 			f.stale = f.watch == nil || f.changes != heard
-			f.carry, f.carried = nil, 0
-			f.unwritten = false
+			f.carry = slices.Delete(f.carry, 0, held)
+			f.unwritten = len(f.carry) > 0
 			f.down = false
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
@@ -430,6 +460,23 @@ func (b *Breaker) sync(batch []*request) {
 	}
 }
 
+// localize makes the requests that decision d of batch let through
+// requests numbered by this process alone, in its changes and in the
+// tickets it hands their callers.
+func localize(batch []*request, d *syncDecision) {
+	for i := range d.wrote {
+		if !d.wrote[i].observe {
+			d.wrote[i].t.local = true
+		}
+	}
+	d.turn.t.local = true
+	for _, r := range batch {
+		if r.kind == toAdmit && r.v.pass {
+			r.v.t.local = true
+		}
+	}
+}
+
 // pause waits for d, and reports false when ctx ends first.
 func pause(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -444,11 +491,7 @@ func pause(ctx context.Context, d time.Duration) bool {
 
 // errStoreBusy is the store error of a decision whose every write found
 // the state changed by another process, until its time ran out.
-var errStoreBusy = errorString("llmretry: breaker store: the state changed on every try")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errStoreBusy = errors.New("llmretry: breaker store: the state changed on every try")
 
 // settledOnView reports whether the view, stale as it may be, decides
 // batch as the fleet's state would, so that no load is worth its cost:
@@ -473,17 +516,12 @@ func (b *Breaker) settledOnView(now time.Time, batch []*request) bool {
 	return true
 }
 
-// storeContext bounds the store calls of a sync by StoreTimeout and by
-// the earliest deadline of the calls it decides for: no call waits for
-// the store past its deadline.
-func (b *Breaker) storeContext(now time.Time, batch []*request) (context.Context, context.CancelFunc) {
-	end := now.Add(cmp.Or(b.StoreTimeout, DefaultStoreTimeout))
-	for _, r := range batch {
-		if !r.deadline.IsZero() && r.deadline.Before(end) {
-			end = r.deadline
-		}
-	}
-	return context.WithDeadline(context.Background(), end)
+// storeContext bounds the store calls of a sync by StoreTimeout, and by
+// nothing shorter: a call whose deadline comes first stops waiting for
+// the sync (await), while the sync goes on for the others, and to write
+// what was decided.
+func (b *Breaker) storeContext(now time.Time) (context.Context, context.CancelFunc) {
+	return context.WithDeadline(context.Background(), now.Add(cmp.Or(b.StoreTimeout, DefaultStoreTimeout)))
 }
 
 // decideLocally makes the decisions of batch on the view, as the store
@@ -500,15 +538,6 @@ func (b *Breaker) decideLocally(now time.Time, batch []*request, err error) {
 	f.carry = append(f.carry, d.wrote...)
 	b.mu.Unlock()
 	b.deliver(batch, d, now)
-}
-
-// served records a store call that worked.
-func (b *Breaker) served(err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if err == nil {
-		b.fleet.down = false
-	}
 }
 
 // fail counts a failed store call; b.mu is held. A store that answers
@@ -545,12 +574,6 @@ func (b *Breaker) adopt(st shared, ver int64, now time.Time) {
 	f.inView = false
 	// Fresh until another process writes, which only a watch tells.
 	f.version, f.stale = ver, f.watch == nil
-	if f.carried != 0 {
-		if e := b.entry(f.id); e != nil && e.Wseq >= f.carried {
-			f.carry = nil // the write whose answer was lost landed
-		}
-		f.carried = 0
-	}
 }
 
 // view is the shared state as this process sees it; b.mu is held.
@@ -575,24 +598,15 @@ func (b *Breaker) view() shared {
 	return st
 }
 
-// viewPtr is view, for encoding.
-func (b *Breaker) viewPtr() *shared {
-	st := b.view()
-	return &st
-}
-
 // restore makes st the view again, undoing decisions the store did not
 // take. b.mu is held.
 func (b *Breaker) restore(st shared) {
 	f := b.fleet
-	ver, carried := f.version, f.carried
-	f.carried = 0
-	b.adopt(st, ver, time.Time{})
+	b.adopt(st, f.version, time.Time{})
 	b.health.probing = st.ProbeOwner != ""
 	if b.health.probing {
 		f.probe, f.probeAt = st.ProbeOwner, st.ProbeUntil
 	}
-	f.carried = carried
 }
 
 // sameView reports whether two views hold the same state.
@@ -716,17 +730,13 @@ func (b *Breaker) apply(c change) {
 		if c.t.local {
 			b.pacing.admit(c.at, !b.NoPacing, c.t.cost)
 			e.InFlight++
+			e.Est = e.Est.plus(c.t.cost)
 		}
 		return
 	}
-	t := c.t
-	if t.local {
-		// Numbered by this process alone: S counts from the fleet's
-		// requests in flight now.
-		t.seq, t.base, t.estBase, t.overBase = b.pacing.admitted, b.pacing.back, b.pacing.estBack, b.pacing.over
-	}
 	e.InFlight = max(e.InFlight-1, 0)
-	b.settle(c.at, t, c.o)
+	e.Est = e.Est.minus(costs{}.plus(c.t.cost)).atLeastZero()
+	b.settle(c.at, c.t, c.o)
 }
 
 // probeName is the owner name of the probe let through with ticket t.
@@ -743,7 +753,9 @@ func (b *Breaker) expireProcs(now time.Time) {
 		if e.ID == f.id || now.Before(e.Lease) {
 			return false
 		}
-		b.pacing.back = min(b.pacing.back+uint64(max(e.InFlight, 0)), b.pacing.admitted)
+		p := &b.pacing
+		p.back = min(p.back+uint64(max(e.InFlight, 0)), p.admitted)
+		p.estBack = p.estBack.add(e.Est)
 		return true
 	})
 	if b.health.probing && !f.probeAt.IsZero() && !now.Before(f.probeAt) {
@@ -756,33 +768,35 @@ func (b *Breaker) expireProcs(now time.Time) {
 // first call began earlier (the safe side: they may all have). Without a
 // Store, none. b.mu is held.
 func (b *Breaker) othersAhead(start time.Time) int {
+	return b.linesAhead(start).calls
+}
+
+// ahead is what of other processes' lines stands before a call.
+type ahead struct {
+	calls int       // their calls
+	lines int       // the processes
+	lease time.Time // the earliest of their leases: if it runs out, that process's line is gone
+}
+
+// linesAhead is what of other processes' lines stands before a call
+// begun at start. b.mu is held.
+func (b *Breaker) linesAhead(start time.Time) ahead {
+	var a ahead
 	f := b.fleet
 	if f == nil || b.Store == nil {
-		return 0
+		return a
 	}
-	n := 0
 	for _, e := range f.procs {
 		if e.ID == f.id || e.Head.IsZero() || e.Waiting == 0 {
 			continue
 		}
 		if e.Head.Before(start) || (e.Head.Equal(start) && e.ID < f.id) {
-			n += e.Waiting
+			a.calls += e.Waiting
+			a.lines++
+			a.lease = earliest(a.lease, e.Lease)
 		}
 	}
-	return n
-}
-
-// processesAhead is how many other processes' lines have a first call
-// begun before start. b.mu is held.
-func (b *Breaker) processesAhead(start time.Time) int {
-	f := b.fleet
-	n := 0
-	for _, e := range f.procs {
-		if e.ID != f.id && !e.Head.IsZero() && e.Waiting > 0 && (e.Head.Before(start) || (e.Head.Equal(start) && e.ID < f.id)) {
-			n++
-		}
-	}
-	return n
+	return a
 }
 
 // maxTime is later than any call's start.
@@ -863,7 +877,8 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 		b.setTimer(now, next)
 		return
 	}
-	ahead := b.othersAhead(w.start)
+	others := b.linesAhead(w.start)
+	ahead := others.calls
 	h := &b.health
 	var next time.Time
 	switch {
@@ -894,9 +909,11 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 			// comes no sooner than one pace for each of them. (A turn
 			// missed by waking late is not lost: the calls behind count
 			// this one ahead of them, and it goes when it wakes.)
-			next = now.Add(time.Duration(max(b.processesAhead(w.start), 1)) * b.pacing.pace())
+			next = now.Add(time.Duration(max(others.lines, 1)) * b.pacing.pace())
 		}
 	}
+	// A process ahead that died holds the line until its lease runs out.
+	next = earliest(next, others.lease)
 	if e := b.line.ends.min(); e != nil {
 		next = earliest(next, e.end)
 	}

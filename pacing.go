@@ -63,7 +63,10 @@ func (a costs) plus(c cost) costs {
 	return costs{a.N + 1, a.In + c.in, a.Out + c.out}
 }
 
+func (a costs) add(b costs) costs   { return costs{a.N + b.N, a.In + b.In, a.Out + b.Out} }
 func (a costs) minus(b costs) costs { return costs{a.N - b.N, a.In - b.In, a.Out - b.Out} }
+
+func (a costs) atLeastZero() costs { return costs{max(a.N, 0), max(a.In, 0), max(a.Out, 0)} }
 
 // beyond is what estimate c said beyond what was used, u.
 func (c cost) beyond(u cost) cost { return cost{max(c.in-u.in, 0), max(c.out-u.out, 0)} }
@@ -112,7 +115,7 @@ func (p *pacing) estSince() costs {
 	e := p.est.minus(p.reportEst).minus(p.reportOwn)
 	settled := p.over.minus(p.reportOver).minus(p.reportOwnOver)
 	e.In, e.Out = e.In-settled.In, e.Out-settled.Out
-	return costs{max(e.N, 0), max(e.In, 0), max(e.Out, 0)}
+	return e.atLeastZero()
 }
 
 // tokensUsed is what the requests S counts use of the tokens bucket: their
@@ -127,6 +130,11 @@ func (p *pacing) tokensUsed() int64 {
 // used, if its answer said (known). The report becomes the freshest when
 // it is fresher than the one held.
 func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool, used cost) {
+	if t.local {
+		// Numbered by this process alone: S counts from the fleet's
+		// requests in flight now.
+		t.seq, t.base, t.estBase, t.overBase = p.admitted, p.back, p.estBack, p.over
+	}
 	var over cost
 	if p.back < p.admitted {
 		p.back++
@@ -285,10 +293,10 @@ func (p *pacing) tokenBuckets(c cost) []tokenBucket {
 }
 
 // nextChange is the first time after now at which hold may answer
-// otherwise with nothing else changed: the buckets' next admissions, the
+// otherwise for a request of cost c with nothing else changed: the buckets' next admissions, the
 // moment the report grows older than the window, and the moment the
 // oldest request the window counts leaves it. Zero when there is none.
-func (p *pacing) nextChange(now time.Time) time.Time {
+func (p *pacing) nextChange(now time.Time, c cost) time.Time {
 	if !p.has {
 		return time.Time{}
 	}
@@ -299,7 +307,7 @@ func (p *pacing) nextChange(now time.Time) time.Time {
 		}
 	}
 	soonest(p.nextAdmission())
-	for _, b := range p.tokenBuckets(cost{}) {
+	for _, b := range p.tokenBuckets(c) {
 		_, t := tokensFor(b.reading, p.report.read, b.used, b.need)
 		soonest(t)
 	}
@@ -403,6 +411,13 @@ func (r *recent) add(t time.Time) {
 		half := maxRecent / 2
 		r.fold(half, r.at[half-1])
 		r.at = append(r.at[:0], r.at[half:]...)
+	}
+	if n := len(r.at); n > 0 {
+		// Kept in time order, which the window's searches need: a
+		// request a process let through while its store failed is added
+		// when the store takes it, after later ones, and counts as let
+		// through with the last, which keeps it in the window longer.
+		t = later(t, r.at[n-1])
 	}
 	r.at = append(r.at, t)
 }

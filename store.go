@@ -120,13 +120,15 @@ type shared struct {
 }
 
 // procEntry is one process's part of the shared state: its requests in
-// flight, and its line, summed up by its first call. An entry whose lease
-// has run out is of a process that died: its requests are taken as back,
-// and its line as gone.
+// flight, and its line, summed up by its first call. Every write of the
+// process renews its lease; an entry whose lease has run out is of a
+// process that died: its requests are taken as back, their estimates
+// with them, and its line as gone.
 type procEntry struct {
 	ID       string    `json:"id"`
 	Lease    time.Time `json:"lease"`
 	InFlight int64     `json:"in_flight,omitempty"` // requests it let through whose outcome it has not written
+	Est      costs     `json:"est,omitzero"`        // their estimates
 	Wseq     uint64    `json:"wseq,omitempty"`      // its writes so far: a write whose answer was lost shows here if it landed
 	Head     time.Time `json:"head,omitzero"`       // when the first call of its line began; zero when none waits
 	Waiting  int       `json:"waiting,omitempty"`   // the calls of its line
