@@ -20,8 +20,9 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// The fleet test re-executes its own test binary as each worker process:
-// with workerVar set, TestMain runs the worker instead of the tests.
+// The fleet tests re-execute their own test binary as each worker
+// process: with workerVar (or poolWorkerVar) set, TestMain runs the
+// worker instead of the tests.
 const (
 	workerVar = "PGBREAKER_FLEET_WORKER" // the worker's number; unset in the parent
 	baseVar   = "PGBREAKER_FLEET_BASE"   // the test server's OpenAI base URL
@@ -35,12 +36,17 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if id := os.Getenv(workerVar); id != "" {
-		if err := runWorker(id); err != nil {
-			fmt.Fprintln(os.Stderr, "worker", id+":", err)
-			os.Exit(1)
+	for _, w := range []struct {
+		env string
+		run func(id string) error
+	}{{workerVar, runWorker}, {poolWorkerVar, runPoolWorker}} {
+		if id := os.Getenv(w.env); id != "" {
+			if err := w.run(id); err != nil {
+				fmt.Fprintln(os.Stderr, "worker", id+":", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
-		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
