@@ -58,6 +58,10 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 	return llmretry.Backend[Req, llmretry.Completion]{
 		Model:    model,
 		Provider: provider,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return estimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
 			timeout, err := requestTimeout(ctx, params)
@@ -123,6 +127,10 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 		Model:    model,
 		Provider: provider,
 		Stream:   true,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return estimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
 			// A request timeout of 0 overrides one set on the client: it

@@ -112,6 +112,23 @@
 // call waits for the bucket to refill, or goes on to the next backend,
 // instead of drawing a 429.
 //
+// Both Backends set [llmretry.Backend].Estimate, so that the Breaker
+// counts a request's tokens against the provider's input and output
+// buckets from the moment the request is let through, not from the
+// provider's next report: a burst of large requests then does not
+// overshoot a tokens-per-minute limit. Each estimate calls build once
+// more. The input is estimated without a tokenizer, as the UTF-8 bytes of
+// the request's text / 4, rounded up, plus 4 tokens a message (the system
+// prompt counts as one) for its role and separators: a token is about
+// four characters of English, and bytes keep text in other scripts from
+// being counted at a quarter of a token a character. The text is the
+// system prompt, the messages' text, thinking, tool uses (name, and input
+// as JSON), tool results' text and plain-text documents, and the tool
+// definitions as JSON; images, PDFs and the server tools' blocks are not
+// counted. The output is max_tokens, which Anthropic, too, counts against
+// the output limit when a request arrives. Low or high, an estimate
+// counts only until the provider's next report says what was used.
+//
 // # Streaming
 //
 // A stream counts as an answer once its message_delta brings a

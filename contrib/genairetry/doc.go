@@ -86,6 +86,24 @@
 // Retry-After. The Gemini API itself sends no rate-limit headers; a
 // gateway in front of it may.
 //
+// Both Backends set [llmretry.Backend].Estimate, so that the Breaker
+// counts a request's tokens against the tokens bucket such headers
+// report from the moment the request is let through, not from the next
+// report: a burst of large requests then does not overshoot a
+// tokens-per-minute limit. Each estimate calls build once more. The input
+// is estimated without a tokenizer, as the UTF-8 bytes of the request's
+// text / 4, rounded up, plus 4 tokens a content (the system instruction
+// counts as one) for its role and separators: Google puts a token at
+// about four characters, and bytes keep text in other scripts from being
+// counted at a quarter of a token a character. The text is the contents'
+// and the system instruction's text parts (thoughts too), function calls
+// and responses (name, and arguments or response as JSON), executable
+// code and its results, and the tool declarations as JSON; inline data,
+// files and a cachedContent are not counted. The output is
+// maxOutputTokens times candidateCount, or 0 when the config sets no
+// maxOutputTokens: the model's default is not known. Low or high, an
+// estimate counts only until the next report says what was used.
+//
 // # Streaming
 //
 // A stream counts as an answer once a chunk carries a finishReason; one

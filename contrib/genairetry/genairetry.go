@@ -41,6 +41,7 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 	return llmretry.Backend[Req, llmretry.Completion]{
 		Model:    model,
 		Provider: providerOf(client),
+		Estimate: func(req Req) llmretry.Usage { return estimate(build(req)) },
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
@@ -93,6 +94,7 @@ func GenerateContentStream[Req any](client *genai.Client, model string, build fu
 		Model:    model,
 		Provider: providerOf(client),
 		Stream:   true,
+		Estimate: func(req Req) llmretry.Usage { return estimate(build(req)) },
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)

@@ -103,6 +103,35 @@
 // waits for the bucket to refill, or goes on to the next backend, instead
 // of drawing a 429.
 //
+// Every Backend sets [llmretry.Backend].Estimate, so that the Breaker
+// counts a request's tokens against the provider's tokens bucket from the
+// moment the request is let through, not from the provider's next report:
+// a burst of large requests then does not overshoot a tokens-per-minute
+// limit. Each estimate calls build once more. The input is estimated
+// without a tokenizer, as the UTF-8 bytes of the request's text / 4,
+// rounded up, plus 4 tokens a message for its role and separators: a
+// token is about four characters of English, and bytes keep text in other
+// scripts from being counted at a quarter of a token a character. The
+// text and the output budget are:
+//
+//   - [Chat], [ChatStream]: the messages' content strings and text parts,
+//     refusals, and tool calls' names and arguments, and the tool
+//     definitions as JSON; the output is max_completion_tokens, else
+//     max_tokens, times n.
+//   - [Responses], [ResponsesStream]: the instructions and the input
+//     string, each a message, and each input item, a message, with its
+//     text (a message's text and refusal parts, a function or custom tool
+//     call's name and arguments and its output's text, a reasoning
+//     summary), and the tool definitions as JSON; the output is
+//     max_output_tokens.
+//
+// Images, audio, files, built-in tools' items, and what a
+// previous_response_id, a conversation or a prompt template bring in are
+// not counted. A request that sets no output budget is estimated at 0
+// output tokens: the model's default is not known. Low or high, an
+// estimate counts only until the provider's next report says what was
+// used.
+//
 // # Timing
 //
 // Do not give the client a request timeout (option.WithRequestTimeout):

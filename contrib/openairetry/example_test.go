@@ -3,6 +3,7 @@ package openairetry_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/llmretry/llmretry"
@@ -99,4 +100,34 @@ func ExampleResponsesStream() {
 	// try 1 transient delivered: false
 	// try 2 answered, 10 tokens in, 2 out
 	// Rayleigh scattering. completed <nil>
+}
+
+// A pool serves gpt-4o from two projects' keys, balanced by the headroom
+// each reports, and from a pay-as-you-go deployment that takes only what
+// the two cannot take now; each deployment has a Breaker of its own on
+// the fleet's store. This is the README's pool, only compiled, as it
+// calls OpenAI.
+func Example_pool() {
+	ctx := context.Background()
+	store := &llmretrytest.MemoryStore{} // a fleet's: pgbreaker.New(pool)
+	build := func(q string) openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(q)}}
+	}
+	deployment := func(name, key string, tier int) llmretry.Deployment[string, llmretry.Completion] {
+		b := openairetry.Chat(openai.NewClient(option.WithAPIKey(key)), "gpt-4o", build)
+		b.Breaker = &llmretry.Breaker{Store: store, Key: "openai/" + name} // its health and headroom, the fleet's
+		return llmretry.Deployment[string, llmretry.Completion]{Name: name, Backend: b, Tier: tier}
+	}
+	gpt := llmretry.Backend[string, llmretry.Completion]{
+		Model: "gpt-4o",
+		Pool: []llmretry.Deployment[string, llmretry.Completion]{
+			deployment("project-a", os.Getenv("OPENAI_KEY_A"), 0), // two keys, balanced by headroom
+			deployment("project-b", os.Getenv("OPENAI_KEY_B"), 0),
+			deployment("paygo", os.Getenv("OPENAI_KEY_PAYGO"), 1), // spillover: what tier 0 cannot take now
+		},
+		Retry: llmretry.Policy{Waits: []time.Duration{time.Second, 4 * time.Second}},
+	}
+	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{gpt}}
+	answer, err := chain.Do(ctx, "Why is the sky blue?")
+	fmt.Println(answer.Text, err)
 }

@@ -50,6 +50,10 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 	return llmretry.Backend[Req, llmretry.Completion]{
 		Model:    model,
 		Provider: provider,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return chatEstimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			var resp *http.Response
@@ -115,6 +119,10 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 		Model:    model,
 		Provider: provider,
 		Stream:   true,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return chatEstimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			params.StreamOptions.IncludeUsage = openai.Bool(true)

@@ -46,6 +46,10 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 	return llmretry.Backend[Req, llmretry.Completion]{
 		Model:    model,
 		Provider: provider,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return responsesEstimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
@@ -92,6 +96,10 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		Model:    model,
 		Provider: provider,
 		Stream:   true,
+		Estimate: func(req Req) llmretry.Usage {
+			params := build(req)
+			return responsesEstimate(&params)
+		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
 			var resp *http.Response

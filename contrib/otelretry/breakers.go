@@ -25,6 +25,11 @@ func (t *telemetry) observeBreakers(meter metric.Meter) {
 		if b.breaker != nil {
 			watched = append(watched, b)
 		}
+		for _, d := range b.pool {
+			if d.breaker != nil { // nil only in a chain Do refuses
+				watched = append(watched, d)
+			}
+		}
 	}
 	if len(watched) == 0 {
 		return
@@ -48,7 +53,11 @@ func (t *telemetry) observeBreakers(meter metric.Meter) {
 		defer mu.Unlock()
 		for i, b := range watched {
 			st := b.breaker.State()
-			attrs := metric.WithAttributes(append(t.modelAttrs(b), keyBackend.Int(b.index))...)
+			kv := append(t.modelAttrs(b), keyBackend.Int(b.index))
+			if b.deployment != "" {
+				kv = append(kv, keyDeployment.String(b.deployment))
+			}
+			attrs := metric.WithAttributes(kv...)
 			o.ObserveInt64(state, breakerState(st, now), attrs)
 			seen[i] = max(seen[i], int64(st.Opened))
 			o.ObserveInt64(openings, seen[i], attrs)

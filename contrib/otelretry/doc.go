@@ -35,6 +35,18 @@
 // "skip {model}", with its record. A retry's wait is an event on the
 // request span that decided it, and a gap before the next.
 //
+// For a backend that is a pool ([llmretry.Backend].Pool), each request
+// span says which deployment the request went to, as llmretry.deployment
+// (the [llmretry.Deployment]'s Name), and why it was chosen, as
+// llmretry.deployment.chosen (an [llmretry.Chosen]); a skip names the
+// deployment whose breaker held the call back. The chain names the
+// deployment only in the attempt's record, so a request span starts as
+// the pool's and takes the deployment's name, model, provider (the
+// deployment's Provider, else the pool's, as for a backend) and
+// gen_ai.request.stream when the request ends: a sampler that decides
+// when a span starts sees the pool's. The call's span names the
+// deployment that answered.
+//
 // Usage, gen_ai.usage.*, is on the request spans only, each with what the
 // provider reported for it, a failed request's included: the call's span
 // would count them again. The usage of a trace's spans adds up to what
@@ -59,9 +71,12 @@
 // ({token}) once per request whose provider reported usage, a failed
 // request's with llmretry.failed true. Both use the conventions' advised
 // bucket boundaries and attributes. llmretry.attempts counts requests and
-// skips by kind, next and why. For each backend with a Breaker,
+// skips by kind, next and why, and a pool's by llmretry.deployment too.
+// For each backend with a Breaker, and each deployment of a pool,
 // llmretry.breaker.state is its state as a gauge (0 closed, 1 open, 2
-// half-open) and llmretry.breaker.openings how often it opened.
+// half-open) and llmretry.breaker.openings how often it opened; a
+// deployment's carry llmretry.deployment beside the pool's
+// llmretry.backend.
 //
 // # Content and secrets
 //

@@ -130,6 +130,18 @@ func (r *rig) chat(model string) backend {
 	}
 }
 
+// pool is a backend of model gpt-4o that is a pool of two deployments
+// of it through the rig's client, each with a Breaker: east, served by
+// OpenAI, and west, by Azure OpenAI.
+func (r *rig) pool() backend {
+	east, west := r.chat("gpt-4o"), r.chat("gpt-4o")
+	east.Provider, west.Provider = "openai", "azure.ai.openai"
+	east.Breaker, west.Breaker = &llmretry.Breaker{}, &llmretry.Breaker{}
+	return backend{Model: "gpt-4o", Pool: []llmretry.Deployment[string, llmretry.Completion]{
+		{Name: "east", Backend: east}, {Name: "west", Backend: west},
+	}}
+}
+
 // node is a span as the tests compare it: its children in start order.
 // HTTP spans keep only their status code, the rest of their attributes
 // being otelhttp's business.

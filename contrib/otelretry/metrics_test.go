@@ -124,3 +124,41 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("metrics (-want +got):\n%s", diff)
 	}
 }
+
+// TestPoolMetrics plays a call to a pool whose first deployment, east,
+// fails with a 503 that opens its Breaker, and whose second, west,
+// served by Azure OpenAI, answers: the attempts are counted by
+// deployment, each with its own provider, and each deployment's Breaker
+// is observed apart, named by the pool's place in the chain and its
+// deployment.
+func TestPoolMetrics(t *testing.T) {
+	r := newRig(t, nil)
+	r.srv.Script("gpt-4o", llmretrytest.Status(503), llmretrytest.Answer("Paris."))
+	pool := r.pool()
+	pool.Pool[0].Backend.Breaker = &llmretry.Breaker{Failures: 1, Cooldown: time.Hour}
+	if _, err := r.instrument(&chain{Backends: []backend{pool}}).Do(context.Background(), "q"); err != nil {
+		t.Fatalf("Do() = %v, want nil", err)
+	}
+
+	srv := r.server(t)
+	server := fmt.Sprintf("server.address=%s,server.port=%d", srv["server.address"], srv["server.port"])
+	const (
+		openai = "gen_ai.operation.name=chat,gen_ai.provider.name=openai,gen_ai.request.model=gpt-4o"
+		azure  = "gen_ai.operation.name=chat,gen_ai.provider.name=azure.ai.openai,gen_ai.request.model=gpt-4o"
+	)
+	want := []point{
+		{Metric: "gen_ai.client.operation.duration", Attrs: azure + ",gen_ai.response.model=gpt-4o," + server, Count: 1},
+		{Metric: "gen_ai.client.token.usage", Attrs: azure + ",gen_ai.response.model=gpt-4o,gen_ai.token.type=input," + server, Count: 1, Value: 10},
+		{Metric: "gen_ai.client.token.usage", Attrs: azure + ",gen_ai.response.model=gpt-4o,gen_ai.token.type=output," + server, Count: 1, Value: 1},
+		{Metric: "llmretry.attempts", Attrs: azure + ",llmretry.deployment=west", Value: 1},
+		{Metric: "llmretry.attempts", Attrs: openai + ",llmretry.deployment=east,llmretry.kind=transient,llmretry.next=retry", Value: 1},
+		{Metric: "llmretry.breaker.openings", Attrs: azure + ",llmretry.backend=0,llmretry.deployment=west", Value: 0},
+		{Metric: "llmretry.breaker.openings", Attrs: openai + ",llmretry.backend=0,llmretry.deployment=east", Value: 1},
+		{Metric: "llmretry.breaker.state", Attrs: azure + ",llmretry.backend=0,llmretry.deployment=west", Value: 0},
+		{Metric: "llmretry.breaker.state", Attrs: openai + ",llmretry.backend=0,llmretry.deployment=east", Value: 1},
+	}
+	got := points(r.collect(t), scope)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("metrics (-want +got):\n%s", diff)
+	}
+}

@@ -1,6 +1,7 @@
 package otelretry
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync/atomic"
@@ -43,7 +44,10 @@ type Config struct {
 	// empty answer, or a nil Provider, leaves it to the backend's
 	// Provider, then to [GuessProvider] of the model, then to "_OTHER":
 	// the attribute is required, and a wrong provider would mislead more
-	// than the conventions' word for one not known.
+	// than the conventions' word for one not known. For a backend that is
+	// a pool it is asked again for each deployment, with the pool's i and
+	// the deployment's model, and its answer overrides the deployment's
+	// Provider, which falls back on the pool's.
 	Provider func(i int, model string) string
 	// RecordContent records the answer's text, as gen_ai.output.messages,
 	// on the call's span and the span of the attempt that answered, and
@@ -57,8 +61,9 @@ type Config struct {
 // Instrument returns a copy of c that traces and measures every call of
 // Do as the package doc describes; c itself is left as it was. Build the
 // chain as usual, then instrument it once and keep the copy: Instrument
-// reads the backends' Provider, Stream and Breaker once, and registers
-// the Breakers with the MeterProvider for the provider's lifetime. The
+// reads the backends' Provider, Stream and Breaker once, and those of a
+// pool's deployments, and registers the Breakers with the MeterProvider
+// for the provider's lifetime. The
 // copy's OnAttempt, OnAttemptStart and WrapDo run c's own, if set, inside
 // the instrumentation's. For a nil c it returns nil, whose Do reports the
 // chain as nil, as c's would have.
@@ -73,6 +78,16 @@ func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmret
 		backends[i] = backendInfo{
 			index: i, model: model, stream: b.Stream, breaker: b.Breaker,
 			provider: providerOf(cfg.Provider, i, model, b.Provider),
+		}
+		for j := range b.Pool {
+			d := &b.Pool[j].Backend
+			model := modelName(d.Model)
+			backends[i].pool = append(backends[i].pool, backendInfo{
+				index: i, model: model, stream: d.Stream, breaker: d.Breaker, deployment: b.Pool[j].Name,
+				// A deployment that does not say who serves it is
+				// served by whoever the pool says.
+				provider: providerOf(cfg.Provider, i, model, cmp.Or(d.Provider, b.Provider)),
+			})
 		}
 	}
 	t := newTelemetry(cfg, backends)
@@ -109,14 +124,30 @@ func Instrument[Req, Resp any](c *llmretry.Chain[Req, Resp], cfg Config) *llmret
 // Model.
 const unknownModel = "unknown"
 
-// backendInfo is what the telemetry keeps of one backend: the chain is
-// immutable, so it is read once.
+// backendInfo is what the telemetry keeps of one backend, or of one
+// deployment of a backend that is a pool: the chain is immutable, so it
+// is read once.
 type backendInfo struct {
-	index    int
-	model    string // as the records name it: unknownModel for none
-	provider string // never empty
-	stream   bool
-	breaker  *llmretry.Breaker
+	index      int
+	model      string // as the records name it: unknownModel for none
+	provider   string // never empty
+	stream     bool
+	breaker    *llmretry.Breaker
+	deployment string        // a deployment's name; "" for a backend
+	pool       []backendInfo // a pool's deployments, in its order
+}
+
+// deploymentOf is deployment name of b, a pool, as Instrument read it;
+// or b itself with that name, for a deployment b does not have (a record
+// a caller's own hook made up).
+func (b backendInfo) deploymentOf(name string) backendInfo {
+	for _, d := range b.pool {
+		if d.deployment == name {
+			return d
+		}
+	}
+	b.deployment = name
+	return b
 }
 
 // modelName is the name the chain's records give a model.

@@ -170,6 +170,69 @@ func TestSpanTree(t *testing.T) {
 			},
 		},
 		{
+			// A pool's deployment is named on each request's span, with
+			// why it was chosen, and on the call's: east's 503 sends the
+			// request on to west at once, and west, served by Azure,
+			// answers.
+			name:     "pool",
+			scripts:  map[string][]llmretrytest.Step{"gpt-4o": {llmretrytest.Status(503), llmretrytest.Answer("Paris.")}},
+			backends: func(r *rig) []backend { return []backend{r.pool()} },
+			want: func(srv map[string]any) node {
+				azure := with(gpt4o, map[string]any{"gen_ai.provider.name": "azure.ai.openai"})
+				return node{Name: "chat gpt-4o", Kind: "client", Attrs: with(azure, answer("gpt-4o", 2), srv, map[string]any{
+					"llmretry.deployment": "west",
+				}), Children: []node{
+					{Name: "chat gpt-4o", Kind: "client", Status: "Error: " + status503, Attrs: with(gpt4o, try(0, 1), srv, map[string]any{
+						"llmretry.deployment": "east", "llmretry.deployment.chosen": "order",
+						"llmretry.kind": "transient", "llmretry.next": "retry", "llmretry.retry_in": 0.0,
+						"http.response.status_code": int64(503), "error.type": "transient",
+					}), Events: []string{"llmretry.retry llmretry.retry_in=0", "exception exception.type=*llmretry.Failure"},
+						Children: []node{httpSpan(503)}},
+					{Name: "chat gpt-4o", Kind: "client", Attrs: with(azure, try(0, 2), answer("gpt-4o", 2), usage, srv, map[string]any{
+						"llmretry.deployment": "west", "llmretry.deployment.chosen": "only",
+					}), Children: []node{httpSpan(200)}},
+				}}
+			},
+		},
+		{
+			// A pool none of whose deployments can take the request is
+			// skipped, and its skip names the deployment whose breaker
+			// half-opens first.
+			name: "pool_skipped",
+			scripts: map[string][]llmretrytest.Step{
+				"gpt-4o":      {llmretrytest.Status(500)},
+				"gpt-4o-mini": {llmretrytest.Answer("Paris.")},
+			},
+			backends: func(r *rig) []backend {
+				p := r.pool()
+				for i := range p.Pool {
+					p.Pool[i].Backend.Breaker = &llmretry.Breaker{Failures: 1, Cooldown: time.Hour}
+				}
+				return []backend{p, r.chat("gpt-4o-mini")}
+			},
+			before: func(t *testing.T, r *rig, ctx context.Context) context.Context {
+				// A first call's 500s, east's then west's, open both
+				// breakers; only the second call's spans are compared.
+				if _, err := r.instrument(&chain{Backends: r.backends}).Do(ctx, "warm up"); err != nil {
+					t.Fatalf("first Do() = %v, want nil", err)
+				}
+				r.spans.Reset()
+				return ctx
+			},
+			want: func(srv map[string]any) node {
+				return node{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, answer("gpt-4o-mini", 2), srv), Children: []node{
+					{Name: "skip gpt-4o", Kind: "internal", Attrs: map[string]any{
+						"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
+						"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.deployment": "east",
+						"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "breaker",
+						"llmretry.skipped": true, "llmretry.retry_after": 3600.0,
+					}},
+					{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, try(1, 1), answer("gpt-4o-mini", 2), usage, srv),
+						Children: []node{httpSpan(200)}},
+				}}
+			},
+		},
+		{
 			name:     "truncated",
 			scripts:  map[string][]llmretrytest.Step{"gpt-4o": {llmretrytest.Truncated("Paris is")}},
 			backends: func(r *rig) []backend { return []backend{r.chat("gpt-4o")} },

@@ -21,17 +21,19 @@ import (
 
 // Our own attribute keys. The rest are the conventions' (semconv).
 const (
-	keyBackend    = attribute.Key("llmretry.backend")     // the backend's 0-based place in the chain
-	keyTry        = attribute.Key("llmretry.try")         // Attempt.Try
-	keyKind       = attribute.Key("llmretry.kind")        // Attempt.Kind's name, for a failure
-	keyNext       = attribute.Key("llmretry.next")        // Attempt.Next
-	keyWhy        = attribute.Key("llmretry.why")         // Attempt.Why
-	keyRetryIn    = attribute.Key("llmretry.retry_in")    // Attempt.RetryIn, in seconds, when Next is retry
-	keyRetryAfter = attribute.Key("llmretry.retry_after") // the server's hint, in seconds, when it gave one
-	keyDelivered  = attribute.Key("llmretry.delivered")   // Attempt.Delivered
-	keySkipped    = attribute.Key("llmretry.skipped")     // Attempt.Skipped, only when true
-	keyFailed     = attribute.Key("llmretry.failed")      // on token usage: the attempt failed, yet was billed
-	keyRawText    = attribute.Key("llmretry.raw_text")    // a failed attempt's output, only with RecordContent
+	keyBackend    = attribute.Key("llmretry.backend")           // the backend's 0-based place in the chain
+	keyTry        = attribute.Key("llmretry.try")               // Attempt.Try
+	keyKind       = attribute.Key("llmretry.kind")              // Attempt.Kind's name, for a failure
+	keyNext       = attribute.Key("llmretry.next")              // Attempt.Next
+	keyWhy        = attribute.Key("llmretry.why")               // Attempt.Why
+	keyRetryIn    = attribute.Key("llmretry.retry_in")          // Attempt.RetryIn, in seconds, when Next is retry
+	keyRetryAfter = attribute.Key("llmretry.retry_after")       // the server's hint, in seconds, when it gave one
+	keyDelivered  = attribute.Key("llmretry.delivered")         // Attempt.Delivered
+	keySkipped    = attribute.Key("llmretry.skipped")           // Attempt.Skipped, only when true
+	keyFailed     = attribute.Key("llmretry.failed")            // on token usage: the attempt failed, yet was billed
+	keyRawText    = attribute.Key("llmretry.raw_text")          // a failed attempt's output, only with RecordContent
+	keyDeployment = attribute.Key("llmretry.deployment")        // Attempt.Deployment: the pool's deployment a request went to
+	keyChosen     = attribute.Key("llmretry.deployment.chosen") // Attempt.Chosen: why it went there
 )
 
 // The explicit bucket boundaries the conventions advise for the GenAI
@@ -204,6 +206,9 @@ func (t *telemetry) callEnd(ctx context.Context, c *call, began time.Time, resp 
 
 		c.span.SetName(t.name(b))
 		c.span.SetAttributes(t.modelAttrs(b)...)
+		if b.deployment != "" {
+			c.span.SetAttributes(keyDeployment.String(b.deployment))
+		}
 		c.span.SetAttributes(answer...)
 		c.span.SetAttributes(server...)
 		if b.stream != t.first().stream {
@@ -285,6 +290,9 @@ func (t *telemetry) attemptStart(ctx context.Context, bi int, model string, try 
 // callEnd to end, once the answer's attributes are known.
 func (t *telemetry) attemptEnd(ctx context.Context, rec llmretry.Attempt) {
 	b := t.backend(rec.Backend, rec.Model)
+	if rec.Deployment != "" {
+		b = b.deploymentOf(rec.Deployment)
+	}
 	if rec.Skipped {
 		t.skipped(ctx, b, rec)
 		return
@@ -305,6 +313,15 @@ func (t *telemetry) attemptEnd(ctx context.Context, rec llmretry.Attempt) {
 
 	attrs := []attribute.KeyValue{keyDelivered.Bool(rec.Delivered)}
 	counted := t.modelAttrs(b)
+	if rec.Deployment != "" {
+		// The chain names a pool's deployment only in the record: the
+		// span started as the pool's, and says now whose it was, the
+		// deployment's provider and streaming included.
+		a.backend = b
+		attrs = append(attrs, t.requestAttrs(b)...)
+		attrs = append(attrs, deploymentAttrs(rec)...)
+		counted = append(counted, keyDeployment.String(rec.Deployment))
+	}
 	if !answered {
 		outcome := outcomeAttrs(rec)
 		attrs = append(attrs, outcome...)
@@ -370,6 +387,7 @@ func (t *telemetry) skipped(ctx context.Context, b backendInfo, rec llmretry.Att
 		attrs = append(attrs, semconv.GenAIRequestModel(b.model))
 	}
 	attrs = append(attrs, keyBackend.Int(rec.Backend), keyTry.Int(rec.Try))
+	attrs = append(attrs, deploymentAttrs(rec)...)
 	attrs = append(attrs, outcome...)
 	if rec.Next == llmretry.NextRetry {
 		attrs = append(attrs, keyRetryIn.Float64(rec.RetryIn.Seconds()))
@@ -380,7 +398,25 @@ func (t *telemetry) skipped(ctx context.Context, b backendInfo, rec llmretry.Att
 	_, span := t.tracer.Start(ctx, "skip "+b.model, trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithTimestamp(rec.Start), trace.WithAttributes(attrs...))
 	span.End(trace.WithTimestamp(rec.Start.Add(rec.Elapsed)))
-	t.attempts.Add(ctx, 1, metric.WithAttributes(append(t.modelAttrs(b), outcome...)...))
+	counted := append(t.modelAttrs(b), outcome...)
+	if rec.Deployment != "" {
+		counted = append(counted, keyDeployment.String(rec.Deployment))
+	}
+	t.attempts.Add(ctx, 1, metric.WithAttributes(counted...))
+}
+
+// deploymentAttrs are the attributes that say which deployment of a pool
+// attempt rec went to, or whose breaker held it back, and why: none for
+// a backend that is no pool.
+func deploymentAttrs(rec llmretry.Attempt) []attribute.KeyValue {
+	if rec.Deployment == "" {
+		return nil
+	}
+	attrs := []attribute.KeyValue{keyDeployment.String(rec.Deployment)}
+	if rec.Chosen != "" {
+		attrs = append(attrs, keyChosen.String(string(rec.Chosen)))
+	}
+	return attrs
 }
 
 // outcomeAttrs are the attributes that say how failed attempt rec went

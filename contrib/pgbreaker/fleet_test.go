@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,8 +20,9 @@ import (
 	"github.com/llmretry/llmretry/llmretrytest"
 )
 
-// The fleet test re-executes its own test binary as each worker process:
-// with workerVar set, TestMain runs the worker instead of the tests.
+// The fleet tests re-execute their own test binary as each worker
+// process: with workerVar (or poolWorkerVar) set, TestMain runs the
+// worker instead of the tests.
 const (
 	workerVar = "PGBREAKER_FLEET_WORKER" // the worker's number; unset in the parent
 	baseVar   = "PGBREAKER_FLEET_BASE"   // the test server's OpenAI base URL
@@ -37,12 +36,17 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	if id := os.Getenv(workerVar); id != "" {
-		if err := runWorker(id); err != nil {
-			fmt.Fprintln(os.Stderr, "worker", id+":", err)
-			os.Exit(1)
+	for _, w := range []struct {
+		env string
+		run func(id string) error
+	}{{workerVar, runWorker}, {poolWorkerVar, runPoolWorker}} {
+		if id := os.Getenv(w.env); id != "" {
+			if err := w.run(id); err != nil {
+				fmt.Fprintln(os.Stderr, "worker", id+":", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
 		}
-		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -290,46 +294,10 @@ func runFleet(t *testing.T, fc fleetConfig) fleetRun {
 	} else {
 		srv.Limit(model, limits)
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatalf("os.Executable() = %v", err)
-	}
-	type worker struct {
-		cmd    *exec.Cmd
-		stdin  io.WriteCloser
-		stdout *bufio.Scanner
-		stderr strings.Builder
-	}
-	workers := make([]*worker, fleetN)
-	for i := range workers {
-		w := &worker{cmd: exec.Command(exe, "-test.run=^$")}
-		w.cmd.Env = append(os.Environ(), workerVar+"="+strconv.Itoa(i+1), baseVar+"="+srv.OpenAIBaseURL(), storeVar+"="+fc.store, dbVar+"="+fc.db,
-			callersVar+"="+strconv.Itoa(fc.callers), callsVar+"="+strconv.Itoa(fc.calls))
-		w.cmd.Stderr = &w.stderr
-		if w.stdin, err = w.cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := w.cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.stdout = bufio.NewScanner(stdout)
-		if err := w.cmd.Start(); err != nil {
-			t.Fatalf("starting worker %d: %v", i+1, err)
-		}
-		workers[i] = w
-	}
-	for i, w := range workers {
-		if !w.stdout.Scan() || w.stdout.Text() != "ready" {
-			_ = w.cmd.Wait()
-			t.Fatalf("worker %d did not say ready: %q; stderr:\n%s", i+1, w.stdout.Text(), w.stderr.String())
-		}
-	}
-	start := time.Now().Add(200 * time.Millisecond)
-	for _, w := range workers {
-		fmt.Fprintln(w.stdin, start.UnixNano())
-		w.stdin.Close()
-	}
+	workers, start := startWorkers(t, fleetN, func(i int) []string {
+		return []string{workerVar + "=" + strconv.Itoa(i), baseVar + "=" + srv.OpenAIBaseURL(), storeVar + "=" + fc.store, dbVar + "=" + fc.db,
+			callersVar + "=" + strconv.Itoa(fc.callers), callsVar + "=" + strconv.Itoa(fc.calls)}
+	})
 	if fc.callers == 0 {
 		// The outage, on the parent's clock: the server answers 503 to
 		// every request between these two times.
@@ -338,40 +306,7 @@ func runFleet(t *testing.T, fc fleetConfig) fleetRun {
 		recovery := time.AfterFunc(time.Until(start.Add(outageEnd)), func() { srv.Script(model, llmretrytest.Answer("ok")) })
 		defer recovery.Stop()
 	}
-
-	// Each worker's output is read on a goroutine of its own, so that no
-	// worker blocks on a full pipe while another is read.
-	var (
-		run  fleetRun
-		mu   sync.Mutex
-		errs []error
-		wg   sync.WaitGroup
-	)
-	for i, w := range workers {
-		wg.Go(func() {
-			var recs []record
-			var bad []error
-			for w.stdout.Scan() {
-				var r record
-				if err := json.Unmarshal(w.stdout.Bytes(), &r); err != nil {
-					bad = append(bad, fmt.Errorf("worker %d wrote %q: %v", i+1, w.stdout.Text(), err))
-					continue
-				}
-				recs = append(recs, r)
-			}
-			if err := w.cmd.Wait(); err != nil {
-				bad = append(bad, fmt.Errorf("worker %d: %v; stderr:\n%s", i+1, err, w.stderr.String()))
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			run.records = append(run.records, recs...)
-			errs = append(errs, bad...)
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	run := fleetRun{records: readWorkers[record](t, workers)}
 	run.log = srv.Requests()
 	return run
 }
