@@ -114,10 +114,13 @@ const DefaultCooldown = 30 * time.Second
 // backend for all, one probe goes through for the fleet, S counts the
 // requests every process let through, and the line is the fleet's.
 // [BreakerStore] says how the state is kept and what each decision costs
-// in store calls. A store that fails, or is slower than StoreTimeout or
-// the caller's deadline, fails no call: the Breaker decides from the state
-// it last held, counts it in [BreakerState] StoreErrors, and shares what it
-// decided meanwhile with its next write. With a Store, [Breaker.State]
+// in store calls. A store that fails, or is slower than StoreTimeout,
+// fails no call: the Breaker decides from the state it last held, counts
+// it in [BreakerState] StoreErrors, and shares what it decided meanwhile
+// with its next write. Nor does a slow store keep a call past its
+// deadline: a call that asks to send is then decided from the state last
+// held, and an outcome, or a place in line given up, is written after
+// the call has returned. With a Store, [Breaker.State]
 // reads the state as this process last saw it, and Opened counts the
 // fleet's openings.
 //
@@ -135,7 +138,7 @@ type Breaker struct {
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
 	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
-	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store when its process never says; 0 means DefaultProbeLease
+	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store after its process last wrote; 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	health  health

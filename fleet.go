@@ -19,12 +19,16 @@ import (
 // time, which takes every decision due by then together (group commit):
 // it loads the state only when another process may have changed it since
 // (stale), decides on it, and writes it back by compare-and-swap when
-// anything changed, deciding again on a conflict. A write that the store
-// did not take, or whose fate is not known, is kept (carry) and made
-// again with the next write, unless the state then shows it landed (the
-// process's write count, Wseq, in its entry). While the store fails, each
-// decision is made on the view, at once, and shared with the next write
-// that succeeds.
+// anything changed, deciding again on a conflict. What the store did not
+// take is kept (carry) and made again with the next write: a decision
+// made on the view while the store failed, and one whose write's fate is
+// not known, unless the state then shows that write landed (the
+// process's write count, Wseq, in its entry). A request such a write let
+// through is counted by this process alone, as one let through while the
+// store failed: the fleet may never have numbered it. While the store
+// fails, each decision is made on the view, at once. A sync is bounded by
+// StoreTimeout, not by its callers' deadlines: a caller whose deadline
+// comes stops waiting, and the sync goes on to write what it decided.
 //
 // Waiting calls are woken in their turn: the process's timer is set to
 // the next time its first call's lot can change, as the view says (a

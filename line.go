@@ -9,9 +9,12 @@ import (
 // half-open probe goes to the first of them, pacing lets them through in
 // their order, and a closing breaker lets them go one at a time. It is a
 // FIFO in the order the calls' Do began, kept as heaps so that a
-// decision costs O(log n) of the calls waiting: only the first call is
-// ever decided for, and only a call whose turn came is woken, on a
-// channel of its own. The Breaker keeps one timer, set to the next time
+// decision costs O(log n) of the calls waiting: the line's turn decides
+// for its first call only (a call that comes back to ask, after a retry's
+// wait, is decided for where it stands), and a call is woken, on a
+// channel of its own, only when it is let through or dismissed (its
+// bound came, or, waiting only for its turn, the breaker stopped letting
+// the line go). The Breaker keeps one timer, set to the next time
 // the first call's lot can change (a cooldown's end, the provider's next
 // admission, the report's window, the next turn), so that no waiting call
 // depends on an unrelated event to notice that its time came.

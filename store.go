@@ -71,9 +71,9 @@ const DefaultStoreTimeout = 100 * time.Millisecond
 
 // DefaultProbeLease is how long a probe, any other request let through,
 // or a waiting call's place in line, of a [Breaker] with a Store, holds
-// when its process never says how it went (it died), when ProbeLease is
-// zero: longer than a model's slowest answer, so that a probe still in
-// flight is not taken for dead.
+// after its process last wrote the state (every write renews it), when
+// ProbeLease is zero: longer than a model's slowest answer, so that a
+// process whose requests are still in flight is not taken for dead.
 const DefaultProbeLease = 2 * time.Minute
 
 // sharedFormat is the format of the state this version of the package
