@@ -188,39 +188,15 @@ func (p *pacing) learnTokenUse(rep limitReport, t ticket) {
 // of the buckets that hold it; zero when those have come, and only an
 // answer, or the window's turn, can let it go).
 func (p *pacing) hold(now time.Time, k int64, c cost) (held bool, until time.Time) {
-	if !p.has {
-		return false, time.Time{}
-	}
-	s := p.sentSince()
 	come := true
-	// Each bucket says how many more requests it takes (n, one more once
-	// t has come) and when it takes the next one beyond them (t).
-	check := func(n int64, t time.Time) {
-		if n <= k {
+	for _, b := range p.rooms(now, c) {
+		if b.n <= k {
 			held = true
-			if now.Before(t) {
+			if now.Before(b.t) {
 				come = false
-				until = later(until, t)
+				until = later(until, b.t)
 			}
 		}
-	}
-	if r := p.report.requests; r.known {
-		t := p.nextAdmission()
-		n := r.remaining - s
-		if !now.Before(t) {
-			n++
-		}
-		if m, ok := p.windowRoom(now); ok {
-			n = max(n, m)
-		}
-		check(n, t)
-	}
-	for _, b := range p.tokenBuckets(c) {
-		n, t := tokensFor(b.reading, p.report.read, b.used, b.need)
-		if !now.Before(t) {
-			n++
-		}
-		check(n, t)
 	}
 	if !held || (come && k == 0 && p.inFlight() == 0) {
 		// Nothing in flight will bring a report: the first in line goes,
@@ -237,28 +213,47 @@ func (p *pacing) hold(now time.Time, k int64, c cost) (held bool, until time.Tim
 // int64 holds.
 func (p *pacing) room(now time.Time, c cost) int64 {
 	n := int64(math.MaxInt64)
-	if !p.has {
-		return n
-	}
-	s := p.sentSince()
-	if r := p.report.requests; r.known {
-		m := r.remaining - s
-		if !now.Before(p.nextAdmission()) {
-			m++
-		}
-		if w, ok := p.windowRoom(now); ok {
-			m = max(m, w)
-		}
-		n = min(n, m)
-	}
-	for _, b := range p.tokenBuckets(c) {
-		m, t := tokensFor(b.reading, p.report.read, b.used, b.need)
-		if !now.Before(t) {
-			m++
-		}
-		n = min(n, m)
+	for _, b := range p.rooms(now, c) {
+		n = min(n, b.n)
 	}
 	return n
+}
+
+// bucketRoom is what one of the provider's buckets takes at now, by the
+// freshest report: n more requests (R − S for the requests bucket, or
+// what the window leaves when more; what the tokens left take, for a
+// tokens bucket), one more once t, its next admission, has come.
+type bucketRoom struct {
+	n int64
+	t time.Time
+}
+
+// rooms is what each bucket that paces a request of cost c takes at
+// now; none without a report.
+func (p *pacing) rooms(now time.Time, c cost) []bucketRoom {
+	if !p.has {
+		return nil
+	}
+	var out []bucketRoom
+	if r := p.report.requests; r.known {
+		t := p.nextAdmission()
+		n := r.remaining - p.sentSince()
+		if !now.Before(t) {
+			n++
+		}
+		if m, ok := p.windowRoom(now); ok {
+			n = max(n, m)
+		}
+		out = append(out, bucketRoom{n, t})
+	}
+	for _, b := range p.tokenBuckets(c) {
+		n, t := tokensFor(b.reading, p.report.read, b.used, b.need)
+		if !now.Before(t) {
+			n++
+		}
+		out = append(out, bucketRoom{n, t})
+	}
+	return out
 }
 
 // tokenBucket is one token bucket as pacing counts it for a request:
