@@ -569,8 +569,6 @@ func arrivals(seed uint64, n int, over time.Duration) []time.Duration {
 // for this run, and report which provider answered.
 type doFunc func(ctx context.Context, id int) (by int, err error)
 
-var lastWorld *world
-
 // play runs one scenario with one strategy inside the current synctest
 // bubble and returns what happened. The dispatcher runs what is due at one
 // instant in caller order when order is 0, and otherwise in an order
@@ -636,7 +634,6 @@ func play(sc *Scenario, st Strategy, seed, order uint64) *Result {
 		<-finished
 	}
 	close(stop)
-	lastWorld = w
 	r := w.result(st)
 	if e.storeCalls != nil {
 		r.StoreCalls = e.storeCalls()
