@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -108,9 +107,6 @@ func sharedFleetOf(n, mode int, shared bool, s StoreSetup, assign func(i, n int)
 			store = &llmretrytest.MemoryStore{Latency: s.Latency}
 			e.storeCalls = func() int64 {
 				c := store.Calls()
-				if os.Getenv("STORE_CALLS") != "" {
-					fmt.Fprintf(os.Stderr, "store calls: %+v\n", c)
-				}
 				return c.Loads + c.Swaps + c.Watches
 			}
 		}
