@@ -74,6 +74,7 @@ const (
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
 	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
 	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
+	WhySilent       Why = "silent"        // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http

@@ -24,6 +24,7 @@ type attemptCtx struct {
 	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
 	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
 	delivered atomic.Bool // output has reached the caller: never resend
+	output    atomic.Bool // the attempt has produced output, delivered or not (Delivered, Progress): it is not silent
 	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
 	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
 
@@ -84,6 +85,7 @@ func Delivered(ctx context.Context) {
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
+		a.output.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}
@@ -106,6 +108,7 @@ func Progress(ctx context.Context) {
 	}
 	a, _ := ctx.Value(markKey{}).(*attemptCtx)
 	for ; a != nil; a = a.parent {
+		a.output.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}

@@ -76,7 +76,8 @@ type Policy struct {
 	// with one, the last wait repeats while Reserve still fits. A zero last
 	// wait does not repeat, and a positive one shorter than a second
 	// repeats at a second: repeats that fast would be a request storm.
-	// Empty means no retries, and then the other fields must be zero.
+	// Empty means no retries, and then the other fields must be zero,
+	// FailOverSilent excepted.
 	Waits []time.Duration
 	// Reserve is the time that must remain before the context's deadline
 	// after a wait, or the wait is not taken and the backend gives up.
@@ -99,6 +100,20 @@ type Policy struct {
 	// under a deadline. 0 means no cap beyond the other rules; negative
 	// is a configuration error.
 	MaxTries int
+	// FailOverSilent makes an attempt that timed out before any output
+	// (no [Delivered] or [Progress] call: a provider that took the request
+	// and never answered, or whose first token came later than the
+	// backend's StallTimeout) fail over to the next backend at once, with
+	// Why [WhySilent], instead of being retried: a silent backend costs
+	// the call one try, not its waits and MaxTries. On the last backend
+	// the call can try it changes nothing, and that backend is retried as
+	// the other fields say. Bound the time to first output with
+	// [Backend.StallTimeout], which counts from the attempt's start to its
+	// first output. A plain (not streaming) request has no output before
+	// its answer, so with it set every timed-out attempt fails over. It
+	// needs no Waits: without them a timed-out attempt fails over anyway,
+	// and its record then says why it was silent.
+	FailOverSilent bool
 }
 
 // Backend is one model in a [Chain]: how to call it and how hard to retry
@@ -514,6 +529,7 @@ type ended struct {
 	ctxErr    error       // the caller's context's Err, nil while it was live
 	cause     error       // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
 	own       bool        // the backend's Timeout or StallTimeout ended the attempt
+	output    bool        // the attempt produced output (Delivered or Progress) before it ended
 	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
 	hasLimits bool        // limits holds one
 }
@@ -563,7 +579,7 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)
 	elapsed := time.Since(start)
-	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
+	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load()}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
 		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
@@ -894,6 +910,11 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) dec
 		why = WhyNotRetryable
 	case r.nested:
 		why = WhyNested
+	case a.Kind == KindTimeout && !end.output && b.Retry.FailOverSilent && !r.plan.last(a.Kind):
+		// Silent from its start to its end: the same backend is likely
+		// silent again, and the caller is waiting. Another backend may
+		// not be.
+		why = WhySilent
 	default:
 		var w time.Duration
 		w, why = r.nextWait(b, a.Try, a.RetryAfter, end.at)

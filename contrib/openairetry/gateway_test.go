@@ -22,8 +22,9 @@ import (
 
 // TestGateway plays a chain of two openairetry backends as a thin
 // OpenAI-compatible gateway, configured as the docs recommend for an
-// interactive caller (a few short waits, MaxTries, a Reserve, Timeout,
-// StallTimeout for streams, a Breaker per deployment), against sixteen
+// interactive caller (a few short waits, MaxTries, a Reserve, a silent
+// backend failed over at once, StallTimeout for streams and Timeout for
+// plain requests, a Breaker per deployment), against sixteen
 // faults of a primary and a secondary provider, and variants of them.
 // Each fault runs in three rows per API: Chat and ChatStream with a nil
 // emit hold the answer until it is whole (the buffering gateway),
@@ -121,19 +122,22 @@ func TestGateway(t *testing.T) {
 		{
 			name: "no_response",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, llmretrytest.StallHeaders(), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, llmretrytest.StallHeaders(), answerStep), scripted(t, secondaryModel, answerStep)
 			},
-			// StallTimeout (Timeout, for Chat) cuts the silent request.
-			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// StallTimeout (Timeout, for Chat) cuts the silent request,
+			// and the silent primary costs one try: the secondary
+			// answers.
+			held: &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 		},
 		{
 			name: "slow_first_token",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, answerStep.After(2*stall), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, answerStep.After(2*stall), answerStep), scripted(t, secondaryModel, answerStep)
 			},
 			// A stream silent past StallTimeout is cut before any text and
-			// sent again; a plain request waits within its Timeout.
-			held:  &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// the secondary answers; a plain request waits within its
+			// Timeout.
+			held:  &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
@@ -142,8 +146,9 @@ func TestGateway(t *testing.T) {
 				return scripted(t, primaryModel, answerStep.After(2*stall)), scripted(t, secondaryModel, answerStep)
 			},
 			// A primary that is always slower than StallTimeout is given
-			// up on after MaxTries, before any text, for the secondary.
-			held:  &outcome{by: secondaryModel, requests: [2]int{3, 1}},
+			// up on after its first try, before any text, for the
+			// secondary.
+			held:  &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
@@ -159,9 +164,12 @@ func TestGateway(t *testing.T) {
 		{
 			name: "stream_stalls",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, llmretrytest.StreamStall(2), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, llmretrytest.StreamStall(2), answerStep), scripted(t, secondaryModel, answerStep)
 			},
-			held:     &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// A plain request's headers came, and then nothing: no
+			// output before its Timeout, so the primary is silent.
+			plain:    &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 			streamed: &outcome{kind: llmretry.KindTimeout, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
 		},
 		{
@@ -311,9 +319,9 @@ func TestGateway(t *testing.T) {
 				emit := func(q, delta string) { cur.emit(q, delta) }
 				chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{
 					gatewayBackend(r, primary.client, primaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second}),
+						primaryPolicy),
 					gatewayBackend(r, secondary.client, secondaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second}),
+						secondaryPolicy),
 				}}
 				var records []llmretry.Attempt
 				chain.OnAttempt = func(_ context.Context, a llmretry.Attempt) { records = append(records, a) }
@@ -342,13 +350,21 @@ const (
 	// stall is the backends' StallTimeout: short, so that a fault that
 	// falls silent costs the suite little.
 	stall = 200 * time.Millisecond
-	// attemptTimeout is the backends' Timeout: long enough for a slow
-	// first token, short enough that a plain request that gets no
+	// attemptTimeout is the plain backends' Timeout: long enough for a
+	// slow first token, short enough that a plain request that gets no
 	// response is cut soon.
 	attemptTimeout = time.Second
 	// callDeadline bounds each call, as a client's request deadline
 	// does; no fault may run into it.
 	callDeadline = 10 * time.Second
+)
+
+// The gateway's policies, the README's interactive handler's scaled
+// down: a few short waits, MaxTries, a Reserve, and a silent backend
+// failed over after one try.
+var (
+	primaryPolicy   = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second, FailOverSilent: true}
+	secondaryPolicy = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second, FailOverSilent: true}
 )
 
 var (
@@ -385,8 +401,9 @@ func (r gatewayRow) streamed() bool  { return r == rowStreamed || r == rowRespSt
 func (r gatewayRow) responses() bool { return r >= rowRespPlain }
 
 // gatewayBackend is a backend as the docs recommend configuring one for a
-// caller who is waiting: retry policy p, a Timeout per attempt, a
-// StallTimeout for a stream, and a Breaker of its own.
+// caller who is waiting: retry policy p, a StallTimeout for a stream (its
+// time to first output, and between outputs) and a Timeout for a plain
+// request, and a Breaker of its own.
 func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(string, string), p llmretry.Policy) llmretry.Backend[string, llmretry.Completion] {
 	var b llmretry.Backend[string, llmretry.Completion]
 	switch r {
@@ -408,7 +425,9 @@ func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(
 		b.StallTimeout = stall
 	}
 	b.Retry = p
-	b.Timeout = attemptTimeout
+	if r.plain() {
+		b.Timeout = attemptTimeout
+	}
 	b.Breaker = &llmretry.Breaker{Failures: 3, Cooldown: time.Minute}
 	return b
 }
@@ -661,9 +680,9 @@ func TestGatewayConcurrentAccounting(t *testing.T) {
 			chain := &llmretry.Chain[string, llmretry.Completion]{
 				Backends: []llmretry.Backend[string, llmretry.Completion]{
 					gatewayBackend(r, primary.client, primaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second}),
+						primaryPolicy),
 					gatewayBackend(r, secondary.client, secondaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second}),
+						secondaryPolicy),
 				},
 				OnAttempt: func(_ context.Context, a llmretry.Attempt) {
 					mu.Lock()
