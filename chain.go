@@ -415,6 +415,7 @@ type run[Req, Resp any] struct {
 	c        *Chain[Req, Resp]
 	ctx      context.Context
 	parent   *attemptCtx // the enclosing chain's attempt, nil when there is none
+	sink     *sink       // the call's stream (WithStream), nil when it does not stream
 	nested   bool        // an enclosing attempt may be retried: make one attempt per backend
 	start    time.Time   // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
 	plan     plan
@@ -451,6 +452,7 @@ func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
 	r.nested = r.parent != nil && r.parent.retrying
+	r.sink = sinkOf(ctx)
 	return r
 }
 
@@ -574,10 +576,11 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 			ctx = hc
 		}
 	}
-	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
+	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0, sink: r.sink}
 	start := r.now()
 	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)
+	mark.end()
 	elapsed := time.Since(start)
 	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load()}
 	a := Attempt{

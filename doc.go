@@ -75,7 +75,9 @@
 // after that, a failure is returned at once, never sent again. One that
 // holds a stream's chunks and answers whole calls [Progress] instead,
 // which keeps [Backend.StallTimeout] from cutting it while leaving it free
-// to be sent again: the caller has seen none of it. A Chain run
+// to be sent again: the caller has seen none of it. [WithStream] and
+// [Chain.Stream] stream one call to a consumer of its own; a backend
+// hands its text over with [Emit]. A Chain run
 // inside another chain's attempt makes one attempt per backend, so retries
 // do not multiply; [Standalone] gives an unrelated inner chain its own.
 //

@@ -47,6 +47,10 @@ const provider = "anthropic"
 // fails with a configuration error, rejected and wrapping
 // [llmretry.ErrConfig], that names [MessagesStream] as the way out.
 //
+// In a call that streams ([llmretry.WithStream]) the answer's text
+// reaches the call's stream in one piece, through [llmretry.Emit], as
+// Call returns it.
+//
 // The caller sets Retry and Timeout on the returned Backend. StallTimeout
 // bounds the whole request here, since nothing reaches the caller before
 // the answer is complete; prefer Timeout. Messages panics if build is nil.
@@ -71,7 +75,12 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 			if err != nil {
 				return llmretry.Completion{}, Failure(causeOf(ctx, err))
 			}
-			return complete(ctx, msg, textOf(msg))
+			c, err := complete(ctx, msg, textOf(msg))
+			if err == nil && llmretry.Streaming(ctx) {
+				// The call streams: its stream has the answer too, whole.
+				llmretry.Emit(ctx, c.Text)
+			}
+			return c, err
 		},
 	}
 }
@@ -81,16 +90,17 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 // [llmretry.Completion] once the stream has ended properly. Raw is the
 // *anthropic.Message accumulated from the stream.
 //
-// With an emit, every piece of text is handed to emit as it arrives.
-// Before emit sees the first non-empty text, and again before every later
-// piece of text, the Backend calls [llmretry.Delivered], so a failure after
-// the caller has seen text is neither resent nor taken to another backend.
-// Backend.StallTimeout measures the gaps between events in both modes: a
-// long tool call or thinking block that sends no text is alive as long as
-// its events come.
+// With an emit, every piece of text is handed to emit as it arrives; in
+// a call that streams ([llmretry.WithStream], [llmretry.Chain.Stream]),
+// to the call's stream too, emit or not. Every piece goes through
+// [llmretry.Emit], which marks the attempt delivered before the text
+// reaches anyone, so a failure after the caller has seen text is neither
+// resent nor taken to another backend. Backend.StallTimeout measures the
+// gaps between events in every mode: a long tool call or thinking block
+// that sends no text is alive as long as its events come.
 //
-// With a nil emit, the answer is held until it is complete and nothing is
-// delivered: every event the stream brings (text, a tool call's input, a
+// With a nil emit, in a call that does not stream, the answer is held
+// until it is complete and nothing is delivered: every event the stream brings (text, a tool call's input, a
 // thinking block; not the server's pings) is reported with
 // [llmretry.Progress], so Backend.StallTimeout measures the gaps between
 // events, and a stream that breaks off is retried or taken to the next
@@ -125,6 +135,9 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
+			// The text goes to the caller as it arrives when there is
+			// one to take it: this backend's emit, or the call's stream.
+			deliver := emit != nil || llmretry.Streaming(ctx)
 			// A request timeout of 0 overrides one set on the client: it
 			// would cut a healthy stream that outlasts it, and timing
 			// streams is the Backend's job.
@@ -165,12 +178,14 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 						continue
 					}
 					text.WriteString(ev.Delta.Text)
-					if emit != nil {
-						// Mark before handing over: once the caller may
-						// hold the text, the attempt must never be sent
-						// again.
-						llmretry.Delivered(ctx)
-						emit(req, ev.Delta.Text)
+					if deliver {
+						// Emit marks the attempt before the text reaches
+						// anyone: once the caller may hold it, the
+						// attempt must never be sent again as it was.
+						llmretry.Emit(ctx, ev.Delta.Text)
+						if emit != nil {
+							emit(req, ev.Delta.Text)
+						}
 					}
 				case "message_delta":
 					if msg.StopReason == "" {

@@ -117,11 +117,13 @@
 // A stream counts as an answer once its message_delta brings a
 // stop_reason; the Backend does not wait for message_stop. One that is
 // cut, garbled or ends cleanly before that is a transient failure whose
-// record keeps the text received so far. With an emit, the first text
-// that reaches the caller marks the attempt with [llmretry.Delivered], so
-// a failure after that is returned at once rather than sent again or
-// taken to the next backend. With a nil emit the answer is held until it
-// is whole and each event is reported with [llmretry.Progress] instead:
+// record keeps the text received so far. With an emit, or in a call that
+// streams to a consumer of its own ([llmretry.WithStream],
+// [llmretry.Chain.Stream]), the text goes through [llmretry.Emit], which
+// marks the attempt delivered before the first text reaches the caller,
+// so a failure after that is returned at once rather than sent again or
+// taken to the next backend. Otherwise the answer is held until it is
+// whole and each event is reported with [llmretry.Progress] instead:
 // Backend.StallTimeout still cuts a stream that goes quiet, and a stream
 // that breaks is retried or taken to the next backend, since nobody has
 // seen its text.

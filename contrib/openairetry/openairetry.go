@@ -41,8 +41,10 @@ const provider = "openai"
 // reason is a transient failure, as a cut stream is. The answer's usage
 // is reported with [llmretry.ReportUsage]; a failed answer carries it as
 // its Failure's Usage. The answer is the
-// first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
-// nil.
+// first choice; Raw is the *openai.ChatCompletion. In a call that streams
+// ([llmretry.WithStream]) the answer's text reaches the call's stream in
+// one piece, through [llmretry.Emit], as Call returns it. Chat panics if
+// build is nil.
 func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: Chat with a nil build")
@@ -63,8 +65,20 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 			if cc.JSON.Usage.Valid() {
 				usage = chatUsage(&cc.Usage)
 			}
-			return answer(ctx, cc, usage, requestSuffix(resp))
+			return whole(ctx)(answer(ctx, cc, usage, requestSuffix(resp)))
 		},
+	}
+}
+
+// whole returns a function that passes an answer through, handing its
+// text to the call's stream first when the call streams: a plain
+// request's answer reaches the stream whole, as it is returned.
+func whole(ctx context.Context) func(llmretry.Completion, error) (llmretry.Completion, error) {
+	return func(c llmretry.Completion, err error) (llmretry.Completion, error) {
+		if err == nil && llmretry.Streaming(ctx) {
+			llmretry.Emit(ctx, c.Text)
+		}
+		return c, err
 	}
 }
 
@@ -76,21 +90,22 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 // the returned Backend.
 //
 // With an emit, every piece of the answer's text is handed to emit as it
-// arrives, with the request it belongs to. Just before it emits the first
-// non-empty piece of text, and again with every later one, Call marks the
-// attempt with [llmretry.Delivered]: from then on a failure is returned
-// at once, neither resent nor passed to the next backend, since the
-// caller already holds part of the answer. Only text is delivered: a
-// stream that sends nothing but tool calls is never marked. In both
-// modes every chunk it reads, text or not, is reported with
-// [llmretry.Progress], which restarts StallTimeout, so StallTimeout
+// arrives, with the request it belongs to; when the call streams
+// ([llmretry.WithStream], [llmretry.Chain.Stream]), to the call's stream
+// too, emit or not. Every piece goes through [llmretry.Emit], which marks
+// the attempt delivered before the text reaches anyone: from then on a
+// failure is returned at once, neither resent nor passed to the next
+// backend, since the caller already holds part of the answer. Only text
+// is delivered: a stream that sends nothing but tool calls is never
+// marked. In every mode each chunk it reads, text or not, is reported
+// with [llmretry.Progress], which restarts StallTimeout, so StallTimeout
 // measures the time without a chunk.
 //
-// With a nil emit, Call holds the answer and returns it whole: progress
-// delivers nothing, so a stream that breaks, stalls or garbles an event
-// partway is sent again, or to the next backend, as a plain request
-// would be. Use it to bound a long answer by its silences
-// rather than by one Timeout.
+// With a nil emit, in a call that does not stream, Call holds the answer
+// and returns it whole: progress delivers nothing, so a stream that
+// breaks, stalls or garbles an event partway is sent again, or to the
+// next backend, as a plain request would be. Use it to bound a long
+// answer by its silences rather than by one Timeout.
 //
 // An error event inside the stream is transient, except an
 // invalid_request_error or insufficient_quota, which is rejected, and a
@@ -118,6 +133,10 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build(req), model)
 			params.StreamOptions.IncludeUsage = openai.Bool(true)
+			// The text goes to the caller as it arrives when there is
+			// one to take it: this backend's emit, or the call's own
+			// stream.
+			deliver := emit != nil || llmretry.Streaming(ctx)
 			// The stream runs under a context of its own, so that one that
 			// has finished its answer can be let go of without waiting for
 			// its last bytes (see usageGrace).
@@ -156,13 +175,16 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 				// the time without a chunk.
 				llmretry.Progress(ctx)
 				for _, choice := range chunk.Choices {
-					if choice.Index != 0 || choice.Delta.Content == "" || emit == nil {
+					if choice.Index != 0 || choice.Delta.Content == "" || !deliver {
 						continue
 					}
-					// Mark before emitting: once the caller may hold the
-					// text, the attempt must never be sent again.
-					llmretry.Delivered(ctx)
-					emit(req, choice.Delta.Content)
+					// Emit marks the attempt before the text reaches
+					// anyone: once the caller may hold it, the attempt
+					// must never be sent again as it was.
+					llmretry.Emit(ctx, choice.Delta.Content)
+					if emit != nil {
+						emit(req, choice.Delta.Content)
+					}
 				}
 				if !finished && len(acc.Choices) > 0 && acc.Choices[0].FinishReason != "" {
 					finished = true

@@ -37,8 +37,9 @@ import (
 // (bio_policy, image_content_policy_violation, ...) or content_filter
 // refused, and any other code rejected, since the same input fails the
 // same way. A response still queued or in progress (a background
-// request, which a chain cannot wait for) is a transient failure.
-// Responses panics if build is nil.
+// request, which a chain cannot wait for) is a transient failure. In a
+// call that streams, the answer's text reaches the call's stream whole,
+// as [Chat]'s does. Responses panics if build is nil.
 func Responses[Req any](client openai.Client, model string, build func(Req) responses.ResponseNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: Responses with a nil build")
@@ -55,7 +56,7 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 			if err != nil {
 				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
-			return responseAnswer(ctx, r, "", requestSuffix(resp))
+			return whole(ctx)(responseAnswer(ctx, r, "", requestSuffix(resp)))
 		},
 	}
 }
@@ -68,13 +69,13 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 // Every event the stream sends, text or not (a tool call's arguments,
 // a reasoning summary, a built-in tool's progress), is reported with
 // [llmretry.Progress], so StallTimeout measures the time without an
-// event: a stream busy calling a tool is not cut. With an emit, each
-// response.output_text.delta is handed to emit as it arrives, and the
-// attempt is marked with [llmretry.Delivered] just before, as
-// [ChatStream] does: from then on a failure ends the chain. With a nil
-// emit, the answer is held and returned whole, and a failure partway is
-// sent again or to the next backend, as [ChatStream] does with a nil
-// emit.
+// event: a stream busy calling a tool is not cut. With an emit, or in a
+// call that streams ([llmretry.WithStream]), each
+// response.output_text.delta is handed to [llmretry.Emit], and to emit,
+// as it arrives, as [ChatStream] does: from then on a failure ends the
+// chain. With a nil emit in a call that does not stream, the answer is
+// held and returned whole, and a failure partway is sent again or to the
+// next backend, as [ChatStream] does.
 //
 // The stream ends at its first response.completed, response.incomplete
 // or response.failed event, whose response is judged as [Responses]
@@ -94,6 +95,7 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
+			deliver := emit != nil || llmretry.Streaming(ctx)
 			var resp *http.Response
 			stream := client.Responses.NewStreaming(ctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
@@ -116,11 +118,14 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 						continue
 					}
 					text.WriteString(ev.Delta)
-					if emit != nil {
-						// Mark before emitting: once the caller may hold
-						// the text, the attempt must never be sent again.
-						llmretry.Delivered(ctx)
-						emit(req, ev.Delta)
+					if deliver {
+						// Emit marks the attempt before the text reaches
+						// anyone: once the caller may hold it, the
+						// attempt must never be sent again as it was.
+						llmretry.Emit(ctx, ev.Delta)
+						if emit != nil {
+							emit(req, ev.Delta)
+						}
 					}
 				case "response.completed", "response.incomplete", "response.failed":
 					r := ev.Response
