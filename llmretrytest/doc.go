@@ -82,6 +82,16 @@
 // send plays a step: build clients with option.WithMaxRetries(0) when a
 // test counts requests or expects a step to reach the code under test.
 //
+// # Checking a backend
+//
+// [TestBackend] is a conformance suite for any backend that speaks one of
+// the server's APIs, as testing/fstest.TestFS is for a file system: it
+// plays every fault against the backend in a chain and checks the
+// records against the log. The adapters under contrib/ run it for each of
+// their backends; run it for one of your own. [CheckLog] is its check
+// that a chain's records and the server's log agree, for tests of your
+// own scripts.
+//
 // # Rate limits
 //
 // [Server.Limit] puts a model behind a provider's rate limits: a

@@ -1,0 +1,932 @@
+package llmretrytest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/llmretry/llmretry"
+)
+
+// MakeBackend returns the backend under test for [TestBackend]: one that
+// sends each request for model to srv, built as a program builds it. The
+// chain's request is the prompt. The backend's Retry, Timeout,
+// StallTimeout and Breaker are the suite's to set; a streaming backend is
+// returned without a consumer of its own (such as openairetry's emit), so
+// that it holds its answer unless the call streams ([llmretry.WithStream]).
+// Build its client with the SDK's own retries left as they are by
+// default: the suite checks that every attempt sends one request
+// whatever the client would do.
+type MakeBackend func(srv *Server, model string) llmretry.Backend[string, llmretry.Completion]
+
+// TestBackend checks a backend against the scripted provider, as
+// testing/fstest.TestFS checks a file system: it builds the backend with
+// makeBackend for a fresh [Server] in each subtest, scripts the server
+// with a fault, runs a [llmretry.Chain] of the backend (and a second one
+// to fail over to) and checks what the chain recorded against what the
+// server logged. Each adapter under contrib/ runs it for every backend
+// it offers, and a backend of your own gets the same checks, in a test of
+// yours:
+//
+//	func TestBedrockBackend(t *testing.T) {
+//		llmretrytest.TestBackend(t, func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+//			// The client as your program builds it (your middleware, your
+//			// HTTP client), pointed at the scripted server, which speaks
+//			// Anthropic's Messages API.
+//			client := anthropic.NewClient(option.WithBaseURL(srv.AnthropicBaseURL()), option.WithAPIKey("test"), yourOptions...)
+//			return anthropicretry.MessagesStream(client, model, build, nil)
+//		})
+//	}
+//
+// The backend may speak any of the server's APIs (OpenAI Chat
+// Completions or Responses, Anthropic Messages, Gemini); the suite learns
+// which from its first request, and whether it streams from
+// [llmretry.Backend].Stream. It checks, in calls that do not stream and
+// in calls that stream to a consumer of their own:
+//
+//   - every attempt sends one request, to the backend's model; the
+//     records and the server's log agree request for request, in order,
+//     on the model, the status (an error inside a stream that opened
+//     with 200 is recorded with the status its type stands for: 529 for
+//     overloaded_error, 500 for api_error and server_error, 429 for
+//     rate_limit_error; Gemini's, the code its body gives) and the usage
+//     the response told the client, failed attempts included; no record's
+//     error holds the credential the client sent;
+//   - the kind of each fault and what the chain does next: 5xx, 529,
+//     hang-ups, cut and garbled bodies, streams that end unfinished or
+//     report an error are transient and retried; a 429's retry-after is
+//     recorded and waited; 4xx and a prompt too long are rejected and
+//     failed over; an answer at its token budget is truncated with its
+//     text; a refusal keeps its text and stops the chain (fails over with
+//     FailOverRefused); an empty answer is a parse failure; a tool call
+//     is an answer; a refused connection is transient; an attempt that
+//     Timeout ends is a timeout whose error is [llmretry.ErrAttemptTimeout];
+//   - an answer's text, model, stop reason, id and token counts, and the
+//     Backend's Provider;
+//   - the rate-limit headers of an answer, an error response and a
+//     stream that fails inside reach the backend's Breaker, and a burst
+//     of calls paced by them draws no 429 (not for Gemini, which sends
+//     none; skipped with -short: it takes some 8 s);
+//   - a streaming backend: StallTimeout cuts a stream that falls silent
+//     before or after text, never one that keeps sending text or a tool
+//     call's arguments; a call that streams gets every piece of text
+//     through [llmretry.Emit] as it arrives, and a failure after that
+//     ends the call with the text delivered, while a call that does not
+//     stream gets the answer whole and has a broken stream sent again;
+//   - a plain backend hands the whole answer to a call that streams.
+//
+// The subtests run in parallel, on real connections to 127.0.0.1; a few
+// wait for stalls of half a second.
+func TestBackend(t *testing.T, makeBackend MakeBackend) {
+	t.Helper()
+	srv := NewServer()
+	defer srv.Close()
+	srv.Script(modelA, Answer("Hello."))
+	b := makeBackend(srv, modelA)
+	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{b}}
+	if _, err := chain.Do(t.Context(), prompt); err != nil {
+		t.Fatalf("llmretrytest: the backend's first request: Do() = %v, want an answer", err)
+	}
+	log := srv.Requests()
+	if len(log) != 1 || log[0].Model != modelA {
+		t.Fatalf("llmretrytest: the backend's first request: the server logged %v, want one request for %q", log, modelA)
+	}
+	kind := kindOf{api: log[0].API, stream: b.Stream}
+	for _, c := range conformance {
+		if c.streamOnly && !kind.stream {
+			continue
+		}
+		if c.run != nil {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				c.run(t, kind, makeBackend)
+			})
+			continue
+		}
+		for _, streamed := range []bool{false, true} {
+			k := kind
+			k.streamed = streamed
+			t.Run(c.name+"/"+k.String(), func(t *testing.T) {
+				t.Parallel()
+				c.check(t, k, k.play(t, makeBackend, c.play(k)))
+			})
+		}
+	}
+}
+
+// The models the suite scripts: the chain's first backend, and the one it
+// fails over to.
+const (
+	modelA = "model-a"
+	modelB = "model-b"
+	prompt = "Why is the sky blue?"
+)
+
+// stallTimeout is the StallTimeout of the stall cases: long enough that a
+// loaded machine running -race still delivers a chunk within it, short
+// enough for a quick suite.
+const stallTimeout = 500 * time.Millisecond
+
+// kindOf is how a subtest calls the backend.
+type kindOf struct {
+	api      string // the API the backend speaks, as Request.API names it
+	stream   bool   // the backend asks for a stream
+	streamed bool   // the call streams (WithStream)
+}
+
+func (k kindOf) String() string {
+	if k.streamed {
+		return "streamed"
+	}
+	return "held"
+}
+
+// delivers reports whether text reaches the caller before the answer is
+// whole: a streaming backend in a call that streams.
+func (k kindOf) delivers() bool { return k.stream && k.streamed }
+
+// overload is the error inside a stream, of the API's own type, that
+// stands for an overloaded provider.
+func (k kindOf) overload() string {
+	switch k.api {
+	case "anthropic":
+		return "overloaded_error"
+	case "gemini":
+		return "UNAVAILABLE"
+	}
+	return "server_error"
+}
+
+// play is one subtest's setup.
+type play struct {
+	a, b            []Step          // the scripts of the chain's backends; no b is a chain of one
+	policy          llmretry.Policy // a's; zero means two waits of a millisecond, unless once
+	once            bool            // a gets one try
+	timeout         time.Duration   // a's Timeout
+	stall           time.Duration   // a's StallTimeout
+	breaker         bool            // a gets a Breaker
+	failOverRefused bool
+	apart           bool // b on a server of its own, so that a's can go down
+}
+
+// suiteResult is what a subtest saw.
+type suiteResult struct {
+	answer  llmretry.Completion
+	err     error
+	records []llmretry.Attempt // as OnAttempt saw them
+	chunks  []string           // what the call's stream got
+	log     []Request          // every server's log, in the order they read the requests
+	backend llmretry.Backend[string, llmretry.Completion]
+}
+
+// tiny is the policy of a subtest that does not set one: two retries, a
+// millisecond apart.
+var tiny = llmretry.Policy{Waits: []time.Duration{time.Millisecond, time.Millisecond}}
+
+// play runs p: it starts the servers, builds the chain and makes one call,
+// streamed or not as k says, and checks what every subtest checks.
+func (k kindOf) play(t *testing.T, makeBackend MakeBackend, p play) suiteResult {
+	t.Helper()
+	srvA := NewServer()
+	t.Cleanup(srvA.Close)
+	srvA.Script(modelA, p.a...)
+	servers := []*Server{srvA}
+	a := makeBackend(srvA, modelA)
+	a.Retry, a.Timeout, a.StallTimeout = p.policy, p.timeout, p.stall
+	if len(p.policy.Waits) == 0 && !p.once {
+		a.Retry = tiny
+	}
+	if p.breaker {
+		a.Breaker = &llmretry.Breaker{}
+	}
+	backends := []llmretry.Backend[string, llmretry.Completion]{a}
+	if p.b != nil {
+		srvB := srvA
+		if p.apart {
+			srvB = NewServer()
+			t.Cleanup(srvB.Close)
+			servers = append(servers, srvB)
+		}
+		srvB.Script(modelB, p.b...)
+		b := makeBackend(srvB, modelB)
+		b.Retry = tiny
+		backends = append(backends, b)
+	}
+	res := suiteResult{backend: a}
+	chain := &llmretry.Chain[string, llmretry.Completion]{
+		Backends:        backends,
+		FailOverRefused: p.failOverRefused,
+		OnAttempt:       func(_ context.Context, at llmretry.Attempt) { res.records = append(res.records, at) },
+	}
+	ctx := t.Context()
+	if k.streamed {
+		ctx = llmretry.WithStream(ctx, func(c llmretry.Chunk) { res.chunks = append(res.chunks, c.Text) })
+	}
+	res.answer, res.err = chain.Do(ctx, prompt)
+	for _, s := range servers {
+		res.log = append(res.log, s.Requests()...)
+	}
+	slices.SortStableFunc(res.log, func(x, y Request) int { return x.Time.Compare(y.Time) })
+	CheckLog(t, res.records, res.err, servers...)
+	k.checkStream(t, res)
+	return res
+}
+
+// CheckLog checks that a chain's records and the servers' logs tell the
+// same story, request for request, and reports with t.Errorf where they
+// do not: the records of attempts that sent a request (not a skip, one
+// whose connection was refused, or one whose error wraps
+// [llmretry.ErrConfig], which the backend did not send) are as many as the requests the
+// servers logged, and in the order the servers read them each is for the
+// same model, carries the status its logged step stands for (an error
+// inside a stream that opened with 200: the status its type stands for,
+// as [TestBackend] says) and the usage the response told the client, and
+// was sent while its attempt ran; no record's error holds a credential a
+// request carried; and when err, what Do returned, is an
+// [*llmretry.Exhausted] (or embeds one), its records are the failed
+// ones. records are every record, successes included, as
+// [llmretry.Chain].OnAttempt saw them.
+func CheckLog(t testing.TB, records []llmretry.Attempt, err error, servers ...*Server) {
+	t.Helper()
+	var log []Request
+	for _, s := range servers {
+		log = append(log, s.Requests()...)
+	}
+	slices.SortStableFunc(log, func(x, y Request) int { return x.Time.Compare(y.Time) })
+	var reached []llmretry.Attempt
+	for _, a := range records {
+		// A connection refused, or a request the backend found set up
+		// wrong before sending it, never reached a server.
+		if !a.Skipped && !errors.Is(a.Err, syscall.ECONNREFUSED) && !errors.Is(a.Err, llmretry.ErrConfig) {
+			reached = append(reached, a)
+		}
+	}
+	if len(reached) != len(log) {
+		t.Errorf("the chain sent %d requests (%s), the servers logged %d (%s): want one request per attempt",
+			len(reached), summaries(reached), len(log), steps(log))
+	}
+	// A few milliseconds of slack keep wall-clock steps from failing the
+	// check that each request arrived while its attempt ran.
+	const slack = 5 * time.Millisecond
+	for i := range min(len(reached), len(log)) {
+		a, r := reached[i], log[i]
+		if a.Model != r.Model {
+			t.Errorf("request %d: record of %s, log of %s", i+1, a.Model, r.Model)
+		}
+		if want := statusOf(r); a.Status != want {
+			t.Errorf("request %d (%s): record's status %d, want %d", i+1, r.Step, a.Status, want)
+		}
+		if !sameUsage(a.Usage, r.Usage) {
+			t.Errorf("request %d (%s): record's usage %s, the server told the client %s", i+1, r.Step, usageString(a.Usage), usageString(r.Usage))
+		}
+		if r.Time.Before(a.Start.Add(-slack)) || r.Time.After(a.Start.Add(a.Elapsed+slack)) {
+			t.Errorf("request %d arrived at %v, outside its attempt [%v, +%v]", i+1, r.Time, a.Start, a.Elapsed)
+		}
+	}
+	for _, r := range log {
+		for _, secret := range credentials(r.Header) {
+			for _, a := range records {
+				if a.Err != nil && strings.Contains(a.Err.Error(), secret) {
+					t.Errorf("record %v: its error holds the credential the client sent", a)
+				}
+			}
+		}
+	}
+	var ex *llmretry.Exhausted
+	if errors.As(err, &ex) {
+		var failed []llmretry.Attempt
+		for _, a := range records {
+			if a.Err != nil {
+				failed = append(failed, a)
+			}
+		}
+		same := len(failed) == len(ex.Attempts)
+		for i := 0; same && i < len(failed); i++ {
+			same = failed[i].String() == ex.Attempts[i].String() && failed[i].Err == ex.Attempts[i].Err
+		}
+		if !same {
+			t.Errorf("Do()'s error has records %s, OnAttempt saw the failures %s", summaries(ex.Attempts), summaries(failed))
+		}
+	}
+}
+
+// checkStream checks what the call's stream got: nothing when the call
+// does not stream; otherwise the answer, or the text of the attempt that
+// delivered before the chain stopped, and only what an attempt that
+// delivered had sent.
+func (k kindOf) checkStream(t *testing.T, res suiteResult) {
+	t.Helper()
+	got := strings.Join(res.chunks, "")
+	var want string
+	switch {
+	case !k.streamed:
+	case res.err == nil:
+		want = res.answer.Text
+	default:
+		if n := len(res.records); n > 0 && res.records[n-1].Why == llmretry.WhyDelivered && res.records[n-1].RawText != nil {
+			want = *res.records[n-1].RawText
+		}
+	}
+	if got != want {
+		t.Errorf("the call's stream got %q, want %q", got, want)
+	}
+	for _, a := range res.records {
+		if a.Delivered && !k.streamed {
+			t.Errorf("record %v: Delivered in a call that does not stream", a)
+		}
+	}
+}
+
+// statusOf is the status a logged request's step stands for in its
+// record: the HTTP status, or for an error inside a stream the status its
+// type stands for; 0 for an answer or a broken connection.
+func statusOf(r Request) int {
+	if rest, ok := strings.CutPrefix(r.Step, "status "); ok {
+		code, _, _ := strings.Cut(rest, " ")
+		n, _ := strconv.Atoi(code)
+		return n
+	}
+	typ, ok := strings.CutPrefix(r.Step, "stream error ")
+	switch {
+	case !ok:
+		return 0
+	case !r.Stream || r.API == gemini.name:
+		// An HTTP error; Gemini's stream error carries its code.
+		return statusForType(typ)
+	}
+	switch typ {
+	case "overloaded_error":
+		return 529
+	case "api_error", "server_error":
+		return http.StatusInternalServerError
+	case "rate_limit_error":
+		return http.StatusTooManyRequests
+	}
+	return 0
+}
+
+// credentials are the secrets a request's header carried.
+func credentials(h http.Header) []string {
+	var s []string
+	for _, key := range []string{"Authorization", "X-Api-Key", "X-Goog-Api-Key", "Api-Key"} {
+		v := strings.TrimPrefix(h.Get(key), "Bearer ")
+		if len(v) >= 4 {
+			s = append(s, v)
+		}
+	}
+	return s
+}
+
+func sameUsage(a, b *Usage) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+func usageString(u *Usage) string {
+	if u == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%+v", *u)
+}
+
+// summaries lists the records as summary writes them, for messages.
+func summaries(as []llmretry.Attempt) string { return strings.Join(summary(as), ", ") }
+
+// summary is each record as "a ok", or "a <kind> <next> [<why>]", with
+// the model named by its last letter.
+func summary(as []llmretry.Attempt) []string {
+	var s []string
+	for _, a := range as {
+		name := strings.TrimPrefix(a.Model, "model-")
+		if a.Err == nil {
+			s = append(s, name+" ok")
+			continue
+		}
+		line := name + " " + a.Kind.String() + " " + string(a.Next)
+		if a.Why != "" {
+			line += " " + string(a.Why)
+		}
+		s = append(s, line)
+	}
+	return s
+}
+
+func steps(log []Request) string {
+	var s []string
+	for _, r := range log {
+		s = append(s, r.Model+" "+r.Step)
+	}
+	return strings.Join(s, ", ")
+}
+
+// wantRecords checks the records against want, as summary writes them.
+func wantRecords(t *testing.T, res suiteResult, want ...string) {
+	t.Helper()
+	if got := summary(res.records); !slices.Equal(got, want) {
+		t.Errorf("records:\n\tgot  %q\n\twant %q", got, want)
+	}
+}
+
+// wantRaw checks that record i kept raw as its raw text.
+func wantRaw(t *testing.T, res suiteResult, i int, raw string) {
+	t.Helper()
+	if i >= len(res.records) {
+		return // wantRecords said so
+	}
+	if got := res.records[i].RawText; got == nil || *got != raw {
+		t.Errorf("record %v: RawText %s, want %q", res.records[i], quoted(got), raw)
+	}
+}
+
+func quoted(s *string) string {
+	if s == nil {
+		return "nil"
+	}
+	return strconv.Quote(*s)
+}
+
+// wantAnswer checks that the call was answered with text.
+func wantAnswer(t *testing.T, res suiteResult, text string) {
+	t.Helper()
+	if res.err != nil || res.answer.Text != text {
+		t.Errorf("Do() = %q, %v; want %q", res.answer.Text, res.err, text)
+	}
+}
+
+// wantFailure checks that the call failed, with an *llmretry.Exhausted
+// (or one of the errors that embed it).
+func wantFailure(t *testing.T, res suiteResult) {
+	t.Helper()
+	if !errors.As(res.err, new(*llmretry.Exhausted)) {
+		t.Errorf("Do() = %q, %v; want an *llmretry.Exhausted", res.answer.Text, res.err)
+	}
+}
+
+// limited is st with OpenAI's rate-limit headers: 4 of 5 requests left.
+func limited(st Step) Step {
+	return st.WithHeader("X-Ratelimit-Limit-Requests", "5").
+		WithHeader("X-Ratelimit-Remaining-Requests", "4").
+		WithHeader("X-Ratelimit-Reset-Requests", "500ms")
+}
+
+// conformanceCase is one check of TestBackend: a call set up by play and
+// checked by check, in a call that streams and in one that does not; or
+// a check of its own, run, made once.
+type conformanceCase struct {
+	name       string
+	streamOnly bool // only for a backend that streams
+	play       func(k kindOf) play
+	check      func(t *testing.T, k kindOf, res suiteResult)
+	run        func(t *testing.T, k kindOf, makeBackend MakeBackend)
+}
+
+// conformance is every check of TestBackend.
+var conformance = []conformanceCase{
+	{
+		name: "answer",
+		play: func(kindOf) play { return play{a: []Step{Answer("Hello there, friend.")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantRecords(t, res, "a ok")
+			c := res.answer
+			if c.Text != "Hello there, friend." || c.Model != modelA || c.StopReason == "" || c.ID == "" || c.InputTokens != 10 || c.OutputTokens != 3 {
+				t.Errorf("Do() = %+v, want the text, the model %q, a stop reason, an id, 10 input and 3 output tokens", c, modelA)
+			}
+			want := []string{"Hello ", "there, ", "friend."}
+			if !k.stream {
+				want = []string{"Hello there, friend."} // whole, as it is returned
+			}
+			if k.streamed && !slices.Equal(res.chunks, want) {
+				t.Errorf("the call's stream got %q, want %q", res.chunks, want)
+			}
+			if len(res.records) == 1 && res.records[0].Delivered != k.streamed {
+				t.Errorf("answer's record: Delivered %v, want %v", res.records[0].Delivered, k.streamed)
+			}
+			if res.backend.Provider == "" {
+				t.Error("Backend.Provider is empty, want the provider's name")
+			}
+		},
+	},
+	{
+		name: "retries_then_answers",
+		play: func(kindOf) play { return play{a: []Step{Status(503), Status(500), Answer("Hello there.")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "Hello there.")
+			wantRecords(t, res, "a transient retry", "a transient retry", "a ok")
+		},
+	},
+	{
+		// The client keeps the SDK's own retries: unless the backend
+		// turns them off, three attempts cost more than three requests,
+		// which the log check counts.
+		name: "one_request_per_attempt",
+		play: func(kindOf) play { return play{a: []Step{Status(503)}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantFailure(t, res)
+			wantRecords(t, res, "a transient retry", "a transient retry", "a transient stop waits_used")
+		},
+	},
+	{
+		name: "retry_after",
+		play: func(kindOf) play {
+			return play{a: []Step{Status(429).WithHeader("Retry-After-Ms", "300"), Answer("ok")}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a transient retry", "a ok")
+			if len(res.records) > 0 && (res.records[0].RetryAfter != 300*time.Millisecond || res.records[0].RetryIn != 300*time.Millisecond) {
+				t.Errorf("record %v: retry-after %v, retry in %v; want 300ms, as the server said", res.records[0], res.records[0].RetryAfter, res.records[0].RetryIn)
+			}
+			if len(res.log) == 2 && res.log[1].Time.Sub(res.log[0].Time) < 300*time.Millisecond {
+				t.Errorf("the retry came %v after the 429, want 300ms or more", res.log[1].Time.Sub(res.log[0].Time))
+			}
+		},
+	},
+	{
+		name: "retry_after_beyond_max_wait",
+		play: func(kindOf) play {
+			return play{
+				a:      []Step{Status(429).WithHeader("Retry-After", "60")},
+				b:      []Step{Answer("from b")},
+				policy: llmretry.Policy{Waits: []time.Duration{time.Millisecond}, MaxWait: time.Second},
+			}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "from b")
+			wantRecords(t, res, "a transient fail_over max_wait", "b ok")
+			if len(res.records) > 0 && res.records[0].RetryAfter != time.Minute {
+				t.Errorf("record %v: retry-after %v, want 1m0s", res.records[0], res.records[0].RetryAfter)
+			}
+		},
+	},
+	{
+		name: "overloaded",
+		play: func(k kindOf) play {
+			return play{a: []Step{Status(529), StreamError(k.overload()), Answer("ok")}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a transient retry", "a transient retry", "a ok")
+		},
+	},
+	{
+		name: "rejected",
+		play: func(kindOf) play { return play{a: []Step{Status(400)}, b: []Step{Answer("from b")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "from b")
+			wantRecords(t, res, "a rejected fail_over not_retryable", "b ok")
+		},
+	},
+	{
+		// No retry fixes a key, whatever the headers say.
+		name: "unauthorized",
+		play: func(kindOf) play { return play{a: []Step{Status(401)}, b: []Step{Answer("from b")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "from b")
+			wantRecords(t, res, "a rejected fail_over not_retryable", "b ok")
+		},
+	},
+	{
+		name: "context_length",
+		play: func(kindOf) play {
+			return play{a: []Step{ContextLengthExceeded()}, b: []Step{ContextLengthExceeded()}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantFailure(t, res)
+			wantRecords(t, res, "a rejected fail_over not_retryable", "b rejected stop not_retryable")
+			if llmretry.RetryItem(res.err) {
+				t.Errorf("RetryItem(%v) = true, want false: every backend rejected the prompt", res.err)
+			}
+		},
+	},
+	{
+		name: "insufficient_quota",
+		play: func(kindOf) play {
+			return play{a: []Step{InsufficientQuota(), Answer("ok")}, b: []Step{Answer("from b")}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.api == "anthropic" {
+				// Anthropic has no such answer: a 429 like any other.
+				wantRecords(t, res, "a transient retry", "a ok")
+				return
+			}
+			wantRecords(t, res, "a rejected fail_over not_retryable", "b ok")
+		},
+	},
+	{
+		name: "truncated",
+		play: func(kindOf) play {
+			return play{a: []Step{Truncated("The answer is")}, b: []Step{Answer("from b")}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.delivers() {
+				// The caller holds the words: the truncation is the
+				// call's outcome.
+				if !errors.As(res.err, new(*llmretry.Truncated)) {
+					t.Errorf("Do() = %v, want an *llmretry.Truncated", res.err)
+				}
+				wantRecords(t, res, "a truncated stop delivered")
+			} else {
+				wantAnswer(t, res, "from b")
+				wantRecords(t, res, "a truncated fail_over not_retryable", "b ok")
+			}
+			wantRaw(t, res, 0, "The answer is")
+		},
+	},
+	{
+		name: "refused",
+		play: func(kindOf) play { return play{a: []Step{Refuse("I can't")}, b: []Step{Answer("from b")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantFailure(t, res)
+			if k.delivers() {
+				wantRecords(t, res, "a refused stop delivered")
+			} else {
+				wantRecords(t, res, "a refused stop refused")
+			}
+			wantRaw(t, res, 0, "I can't")
+			if llmretry.RetryItem(res.err) {
+				t.Errorf("RetryItem(%v) = true, want false: the same content is refused again", res.err)
+			}
+		},
+	},
+	{
+		name: "refused_fails_over",
+		play: func(kindOf) play {
+			return play{a: []Step{Refuse("")}, b: []Step{Answer("from b")}, failOverRefused: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "from b")
+			wantRecords(t, res, "a refused fail_over not_retryable", "b ok")
+		},
+	},
+	{
+		name: "content_filter",
+		play: func(kindOf) play { return play{a: []Step{ContentFilter()}, b: []Step{Answer("from b")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.api == "openai" || k.api == "openai-responses" {
+				wantRecords(t, res, "a refused stop refused")
+				return
+			}
+			// Others answer a plain 400.
+			wantRecords(t, res, "a rejected fail_over not_retryable", "b ok")
+		},
+	},
+	{
+		name: "empty_answer",
+		play: func(kindOf) play { return play{a: []Step{Answer(""), Answer("ok")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a parse retry", "a ok")
+		},
+	},
+	{
+		name: "tool_call",
+		play: func(kindOf) play { return play{a: []Step{ToolCall("get_weather", `{"city": "Paris"}`)}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "")
+			wantRecords(t, res, "a ok")
+			if res.answer.StopReason == "" || res.answer.Raw == nil {
+				t.Errorf("Do() = %+v, want a stop reason and the provider's answer in Raw", res.answer)
+			}
+			if len(res.records) == 1 && res.records[0].Delivered {
+				t.Error("a tool call's record has Delivered true, want false: it has no text")
+			}
+		},
+	},
+	{
+		name: "broken",
+		play: func(kindOf) play {
+			return play{a: []Step{Hangup(), Malformed(), StreamDrop(0), Answer("ok")}, policy: llmretry.Policy{Waits: []time.Duration{0, 0, 0}}}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a transient retry", "a transient retry", "a transient retry", "a ok")
+		},
+	},
+	{
+		name: "cut_after_text",
+		play: func(kindOf) play { return play{a: []Step{StreamDrop(2), Answer("ok")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			switch {
+			case k.delivers():
+				// The caller holds two chunks: nothing is sent again.
+				wantFailure(t, res)
+				wantRecords(t, res, "a transient stop delivered")
+				wantRaw(t, res, 0, "chunk1 chunk2 ")
+			case k.stream:
+				wantAnswer(t, res, "ok")
+				wantRecords(t, res, "a transient retry", "a ok")
+				wantRaw(t, res, 0, "chunk1 chunk2 ")
+			default:
+				// A JSON body cut halfway.
+				wantAnswer(t, res, "ok")
+				wantRecords(t, res, "a transient retry", "a ok")
+			}
+		},
+	},
+	{
+		name: "unfinished",
+		play: func(kindOf) play { return play{a: []Step{StreamUnfinished(2), Answer("ok")}} },
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.delivers() {
+				wantFailure(t, res)
+				wantRecords(t, res, "a transient stop delivered")
+			} else {
+				wantAnswer(t, res, "ok")
+				wantRecords(t, res, "a transient retry", "a ok")
+			}
+			wantRaw(t, res, 0, "chunk1 chunk2 ")
+		},
+	},
+	{
+		name: "connection_refused",
+		play: func(kindOf) play {
+			return play{a: []Step{Down()}, b: []Step{Answer("from b")}, apart: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "from b")
+			wantRecords(t, res, "a transient retry", "a transient retry", "a transient fail_over waits_used", "b ok")
+			for _, a := range res.records[1:min(3, len(res.records))] {
+				if !errors.Is(a.Err, syscall.ECONNREFUSED) {
+					t.Errorf("record %v: want a refused connection", a)
+				}
+			}
+		},
+	},
+	{
+		name: "timeout",
+		play: func(kindOf) play {
+			return play{a: []Step{StallHeaders(), Answer("ok")}, timeout: 300 * time.Millisecond}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a timeout retry", "a ok")
+			if len(res.records) > 0 && !errors.Is(res.records[0].Err, llmretry.ErrAttemptTimeout) {
+				t.Errorf("record %v: error %v, want it to name llmretry.ErrAttemptTimeout, not the SDK's bare context error", res.records[0], res.records[0].Err)
+			}
+		},
+	},
+	{
+		name: "rate_limits",
+		play: func(k kindOf) play {
+			return play{a: []Step{limited(Answer("Hello."))}, breaker: true, once: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantLimits(t, res)
+		},
+	},
+	{
+		name: "rate_limits_of_error",
+		play: func(k kindOf) play {
+			return play{a: []Step{limited(Status(500))}, breaker: true, once: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) { wantLimits(t, res) },
+	},
+	{
+		name:       "rate_limits_of_stream_error",
+		streamOnly: true,
+		play: func(k kindOf) play {
+			return play{a: []Step{limited(StreamError(k.overload()))}, breaker: true, once: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) { wantLimits(t, res) },
+	},
+	{name: "paced_burst", run: pacedBurst},
+	{
+		name:       "stall_before_text",
+		streamOnly: true,
+		play: func(kindOf) play {
+			return play{a: []Step{StreamStall(0), Answer("ok")}, stall: stallTimeout}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "ok")
+			wantRecords(t, res, "a timeout retry", "a ok")
+		},
+	},
+	{
+		name:       "stall_after_text",
+		streamOnly: true,
+		play: func(kindOf) play {
+			return play{a: []Step{StreamStall(2), Answer("ok")}, stall: stallTimeout}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.delivers() {
+				wantFailure(t, res)
+				wantRecords(t, res, "a timeout stop delivered")
+			} else {
+				// Held chunks reached no one: tried again.
+				wantAnswer(t, res, "ok")
+				wantRecords(t, res, "a timeout retry", "a ok")
+			}
+			wantRaw(t, res, 0, "chunk1 chunk2 ")
+			if len(res.records) > 0 && res.records[0].Elapsed < stallTimeout {
+				t.Errorf("record %v: the stalled attempt took %v, want %v or more", res.records[0], res.records[0].Elapsed, stallTimeout)
+			}
+		},
+	},
+	{
+		// Text keeps coming for longer than StallTimeout, but never
+		// stops for that long.
+		name:       "slow_but_steady",
+		streamOnly: true,
+		play: func(kindOf) play {
+			return play{a: []Step{Answer("one two three four five six seven eight nine ten").Every(stallTimeout / 5)}, stall: stallTimeout}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "one two three four five six seven eight nine ten")
+			wantRecords(t, res, "a ok")
+		},
+	},
+	{
+		// A tool call's arguments are progress, not text: a stream busy
+		// with them is not cut, and delivers nothing.
+		name:       "busy_with_a_tool_call",
+		streamOnly: true,
+		play: func(kindOf) play {
+			return play{a: []Step{ToolCall("search", `{"query": "why is the sky blue on a clear day"}`).Every(stallTimeout / 3)}, stall: stallTimeout}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, "")
+			wantRecords(t, res, "a ok")
+		},
+	},
+}
+
+// pacedBurst checks that a burst of concurrent calls larger than the
+// provider's bucket, through a Breaker that paces by the headers the
+// backend reports, draws no 429: every call is answered, and every request
+// the chain sent is in the server's log. The 21 requests take some 8 s of
+// real time (16 past the bucket's 5, at 2 a second); it counts, and
+// asserts no timing. One call goes first, alone: a Breaker does not pace
+// before its first report, so a cold burst would meet the bucket unpaced.
+func pacedBurst(t *testing.T, k kindOf, makeBackend MakeBackend) {
+	if k.api == gemini.name {
+		t.Skip("Gemini sends no rate-limit headers to pace by")
+	}
+	if testing.Short() {
+		t.Skip("takes some 8 s of real time")
+	}
+	srv := NewServer()
+	t.Cleanup(srv.Close)
+	srv.Script(modelA, Answer("Hello."))
+	srv.Limit(modelA, Limits{Requests: Bucket{Rate: 2, Burst: 5}})
+	b := makeBackend(srv, modelA)
+	b.Breaker = &llmretry.Breaker{}
+	var (
+		mu   sync.Mutex
+		sent int // attempts that sent a request, skips left out
+	)
+	chain := &llmretry.Chain[string, llmretry.Completion]{
+		Backends: []llmretry.Backend[string, llmretry.Completion]{b},
+		OnAttempt: func(_ context.Context, a llmretry.Attempt) {
+			if !a.Skipped {
+				mu.Lock()
+				sent++
+				mu.Unlock()
+			}
+		},
+	}
+	if _, err := chain.Do(t.Context(), prompt); err != nil {
+		t.Fatalf("Do() = %v, want an answer", err)
+	}
+	const burst = 20
+	errs := make([]error, burst)
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = chain.Do(t.Context(), prompt) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Errorf("Do() = %v, want every call answered", err)
+	}
+	log := srv.Requests()
+	refused := 0
+	for _, r := range log {
+		if r.Step != "answer" {
+			refused++
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if refused != 0 {
+		t.Errorf("server log: %d of %d requests not answered, want 0", refused, len(log))
+	}
+	if len(log) != sent || sent != burst+1 {
+		t.Errorf("server logged %d requests, the chain sent %d; want %d each", len(log), sent, burst+1)
+	}
+}
+
+// wantLimits checks that the response's rate-limit headers reached the
+// backend's Breaker: 4 requests left, and when the next is admitted.
+func wantLimits(t *testing.T, res suiteResult) {
+	t.Helper()
+	st := res.backend.Breaker.State()
+	if st.Reported.IsZero() || st.Remaining != 4 || st.NextAdmission.IsZero() {
+		t.Errorf("Breaker.State() = %+v, want a report of 4 remaining with a next admission", st)
+	}
+}
