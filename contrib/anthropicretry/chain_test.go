@@ -2,8 +2,8 @@ package anthropicretry_test
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
