@@ -35,6 +35,14 @@ type Attempt struct {
 	RetryIn    time.Duration // the wait before the retry when Next is NextRetry (0: at once); otherwise 0
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
 	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
+	// ContinuedFrom is how many bytes of the answer the caller already
+	// held when the attempt was sent, which it was asked to continue
+	// (Chain.Continue, Continuing); 0 for an attempt that began the
+	// answer. RawText is then the attempt's own output, what followed.
+	ContinuedFrom int
+	// Restarted says the attempt began the answer again: the call's
+	// stream was told to discard what it held (Chain.Restart).
+	Restarted bool
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure
@@ -63,18 +71,19 @@ const (
 type Why string
 
 const (
-	WhyNotRetryable Why = "not_retryable" // the attempt's Kind is not retried
-	WhyWaitsUsed    Why = "waits_used"    // the policy allows no further try: no waits, the list ran out without a deadline, a zero last wait, or Policy.MaxTries reached
-	WhyReserve      Why = "reserve"       // the next wait would end at or past the deadline, or leave less than the reserve
-	WhyMaxWait      Why = "max_wait"      // the server's retry-after was longer than Policy.MaxWait
-	WhyDelivered    Why = "delivered"     // output had reached the caller: nothing may be resent
-	WhyDeadline     Why = "deadline"      // the caller's deadline passed
-	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
-	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
-	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
-	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
-	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
-	WhySilent       Why = "silent"        // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
+	WhyNotRetryable   Why = "not_retryable"   // the attempt's Kind is not retried
+	WhyWaitsUsed      Why = "waits_used"      // the policy allows no further try: no waits, the list ran out without a deadline, a zero last wait, or Policy.MaxTries reached
+	WhyReserve        Why = "reserve"         // the next wait would end at or past the deadline, or leave less than the reserve
+	WhyMaxWait        Why = "max_wait"        // the server's retry-after was longer than Policy.MaxWait
+	WhyDelivered      Why = "delivered"       // output had reached the caller: nothing may be resent
+	WhyDeadline       Why = "deadline"        // the caller's deadline passed
+	WhyCancelled      Why = "cancelled"       // the caller withdrew, or the backend said it had
+	WhyNested         Why = "nested"          // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
+	WhyBreaker        Why = "breaker"         // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
+	WhyPaced          Why = "paced"           // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
+	WhyRefused        Why = "refused"         // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
+	WhySilent         Why = "silent"          // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
+	WhyCannotContinue Why = "cannot_continue" // the caller holds part of the answer, which the backend cannot continue (Backend.CanContinue) or refused to (ErrCannotContinue): failed over to a backend that can, or passed over
 )
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http
@@ -162,6 +171,12 @@ func (a Attempt) LogValue() slog.Value {
 	if a.Skipped {
 		attrs = append(attrs, slog.Bool("skipped", true))
 	}
+	if a.ContinuedFrom != 0 {
+		attrs = append(attrs, slog.Int("continued_from", a.ContinuedFrom))
+	}
+	if a.Restarted {
+		attrs = append(attrs, slog.Bool("restarted", true))
+	}
 	if u := a.Usage; u != nil {
 		attrs = append(attrs, slog.Group("usage", usageAttrs(*u)...))
 	}
@@ -209,6 +224,7 @@ func millis(d time.Duration) float64 {
 //     negative ones included;
 //   - next, why: their names, when set;
 //   - delivered: always; skipped: only when true;
+//   - continued_from: only when not 0; restarted: only when true;
 //   - usage: an object of input_tokens and output_tokens, with
 //     cached_input_tokens and reasoning_tokens when not 0 (as [Usage]
 //     encodes), only when Usage is not nil.
@@ -381,6 +397,8 @@ var attemptFields = [...]attemptField{
 	durationField("retry_in_ms", nil, func(a *Attempt) *time.Duration { return &a.RetryIn }),
 	boolField("delivered", nil, func(a *Attempt) *bool { return &a.Delivered }),
 	boolField("skipped", func(a *Attempt) bool { return !a.Skipped }, func(a *Attempt) *bool { return &a.Skipped }),
+	intField("continued_from", func(a *Attempt) bool { return a.ContinuedFrom == 0 }, func(a *Attempt) *int { return &a.ContinuedFrom }),
+	boolField("restarted", func(a *Attempt) bool { return !a.Restarted }, func(a *Attempt) *bool { return &a.Restarted }),
 	{
 		key:  "usage",
 		omit: func(a *Attempt) bool { return a.Usage == nil },

@@ -3,6 +3,7 @@ package llmretry
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,16 +22,23 @@ type markKey struct{}
 // cancellation through Value, so no goroutine is started to propagate it.
 type attemptCtx struct {
 	context.Context
-	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
-	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
-	delivered atomic.Bool // output has reached the caller: never resend
-	output    atomic.Bool // the attempt has produced output, delivered or not (Delivered, Progress): it is not silent
-	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
-	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
-	sink      *sink       // the call's stream, nil when the call does not stream
+	parent    *attemptCtx   // the enclosing chain's attempt, for nested chains
+	retrying  bool          // this attempt or one enclosing it may be retried: nested chains must not retry
+	delivered atomic.Bool   // output has reached the caller: never resend
+	output    atomic.Bool   // the attempt has produced output, delivered or not (Delivered, Progress): it is not silent
+	stall     *stallTimer   // ends the attempt when no output comes; nil without a StallTimeout
+	sent      time.Time     // when the attempt was sent: the send of every rate-limit report it makes
+	sink      *sink         // the call's stream, nil when the call does not stream
+	cont      *Continuation // what the attempt continues (Continuing); nil when it begins the answer
+	bare      atomic.Bool   // Delivered was called: text reached the caller that Emit did not see
 
 	emitMu sync.Mutex // guards ended, and orders Emit's pieces
 	ended  bool       // the Call has returned: Emit does nothing more
+
+	textMu    sync.Mutex      // guards text, resume and resumeSet
+	text      strings.Builder // what the attempt handed to Emit, in order
+	resume    any             // the attempt's last SetResume
+	resumeSet bool            // SetResume was called
 
 	limitsMu  sync.Mutex  // guards limits, hasLimits, own and nested
 	limits    limitReport // the freshest rate-limit report of the attempt's responses
@@ -102,6 +110,9 @@ func Delivered(ctx context.Context) {
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
 		a.output.Store(true)
+		// What reached the caller is not known: the call cannot go on
+		// from it.
+		a.bare.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}
@@ -120,6 +131,9 @@ func (a *attemptCtx) emit(text string) {
 	for m := a; m != nil; m = m.parent {
 		m.delivered.Store(true)
 		m.output.Store(true)
+		m.textMu.Lock()
+		m.text.WriteString(text)
+		m.textMu.Unlock()
 		if m.stall != nil {
 			m.stall.hold()
 		}
@@ -135,11 +149,15 @@ func (a *attemptCtx) emit(text string) {
 }
 
 // end marks the attempt's Call returned: from now on Emit does nothing,
-// and once end returns no piece is on its way to the stream.
-func (a *attemptCtx) end() {
+// and once end returns no piece is on its way to the stream. It returns
+// what the attempt emitted, and the resume state it left, if it set one.
+func (a *attemptCtx) end() (emitted string, resume any, resumeSet bool) {
 	a.emitMu.Lock()
 	a.ended = true
 	a.emitMu.Unlock()
+	a.textMu.Lock()
+	defer a.textMu.Unlock()
+	return a.text.String(), a.resume, a.resumeSet
 }
 
 // Progress tells the chain that the attempt running under ctx is making

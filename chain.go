@@ -162,6 +162,15 @@ type Backend[Req, Resp any] struct {
 	// context.Canceled, since a stall is not a deadline, and a failure is
 	// recorded as timeout whatever error the Call returns. 0 means none.
 	StallTimeout time.Duration
+	// CanContinue, when set, reports whether the backend can go on with
+	// an answer from c, what the caller already holds of it
+	// ([Chain.Continue]); nil means it cannot. It is asked before each
+	// request the chain would send to continue an answer, and its Call
+	// then reads c with [Continuing]. A backend that learns it cannot,
+	// such as a model that refuses an assistant prefill, fails that
+	// attempt with [ErrCannotContinue] and says no from then on. The
+	// adapters under contrib/ set it for the backends that can continue.
+	CanContinue func(c Continuation) bool
 	// Breaker, when set, is the backend's health shared across calls: while
 	// it is open, calls skip the backend instead of spending their own
 	// retries on it, and a retry-after hint is the wait itself rather than
@@ -254,6 +263,34 @@ type Chain[Req, Resp any] struct {
 	// cut]". 0 means DefaultMaxRawText; negative means no limit. The
 	// backend's own Failure keeps its RawText whole.
 	MaxRawText int
+	// Continue lets a call go on when an attempt fails after it
+	// delivered part of the answer ([Emit]): a stream cut, stalled,
+	// garbled or ended by an error inside it. By default the call stops
+	// there (Why [WhyDelivered]), since resending would deliver the
+	// answer twice. With Continue, it goes on by the usual rules, the
+	// same backend's retry or the next backend, but only to a backend
+	// whose [Backend.CanContinue] says it can continue from what the
+	// caller holds: that attempt is told the text already delivered
+	// ([Continuing]) and hands only what follows to the caller, and a
+	// backend that cannot is passed over (Why [WhyCannotContinue]). Where
+	// none can, the call stops as it would without Continue, or starts
+	// again with Restart. Each attempt's record says how many bytes it
+	// continued from (Attempt.ContinuedFrom), and the answer returned is
+	// always whole. An attempt that was truncated or refused after
+	// delivering ends the call: its answer ended for a reason about it. A
+	// backend that hands text over with [Delivered] alone cannot be
+	// continued, since what the caller holds is not known; nor is a
+	// nested chain's, whose enclosing chain decides.
+	Continue bool
+	// Restart lets a call whose caller holds part of an answer that no
+	// remaining backend can continue (or any, without Continue) start the
+	// answer again: the call's stream ([WithStream], [Chain.Stream]) is
+	// sent a [Chunk] with Restart set, to discard what it holds, and the
+	// next attempt streams a whole new answer (Attempt.Restarted). It
+	// takes a call that streams: a backend's own consumer, such as
+	// openairetry's emit, is not told, and without a stream the call stops
+	// as it would without Restart.
+	Restart bool
 	// FailOverRefused makes an attempt the provider refused for its
 	// content ([KindRefused]) fail over to the next backend. By default
 	// it ends the chain with the provider's reason (Why "refused"): one
@@ -406,20 +443,32 @@ func (c *Chain[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 		}
 		r.plan = r.plan.next(bi, l)
 	}
-	// Not reached: the plan's last backend always ends the call.
+	// Reached only when the caller holds part of an answer that no
+	// backend left could continue after all (see prepare): the call
+	// stops with the records it has.
+	r.keep("")
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
 }
 
 // run is the state of one Do.
 type run[Req, Resp any] struct {
-	c        *Chain[Req, Resp]
-	ctx      context.Context
-	parent   *attemptCtx // the enclosing chain's attempt, nil when there is none
-	sink     *sink       // the call's stream (WithStream), nil when it does not stream
-	nested   bool        // an enclosing attempt may be retried: make one attempt per backend
-	start    time.Time   // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
-	plan     plan
-	attempts []Attempt // the records kept so far
+	c      *Chain[Req, Resp]
+	ctx    context.Context
+	parent *attemptCtx // the enclosing chain's attempt, nil when there is none
+	sink   *sink       // the call's stream (WithStream), nil when it does not stream
+
+	// What the caller holds of the answer, for Continue and Restart.
+	held       string        // the text delivered since the answer last began
+	bare       bool          // text reached the caller past Emit: what it holds is not known
+	resume     any           // the resume state of the last attempt that set one (SetResume)
+	resumeOf   int           // the backend whose attempt set resume
+	cannot     []int         // backends that refused a continuation in this call
+	cont       *Continuation // what the next request continues, set by prepare
+	restarting bool          // the next request sent begins the answer again
+	nested     bool          // an enclosing attempt may be retried: make one attempt per backend
+	start      time.Time     // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
+	plan       plan
+	attempts   []Attempt // the records kept so far
 
 	// The record handed to OnAttempt last, which Do keeps once it has
 	// carried out its decision (or the caller's context cut it short).
@@ -478,6 +527,12 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
+		if !r.prepare(bi) {
+			// The caller holds part of the answer, which this backend
+			// cannot continue: not sent.
+			b.Breaker.leave(line)
+			return resp, left{why: WhyCannotContinue}, nil, false
+		}
 		probe, ticket, skip, ok := r.admit(b, bi, try, line)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
@@ -528,10 +583,14 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 // ended is the state of the world when an attempt's Call returned.
 type ended struct {
 	at        time.Time
-	ctxErr    error       // the caller's context's Err, nil while it was live
-	cause     error       // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
-	own       bool        // the backend's Timeout or StallTimeout ended the attempt
-	output    bool        // the attempt produced output (Delivered or Progress) before it ended
+	ctxErr    error  // the caller's context's Err, nil while it was live
+	cause     error  // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
+	own       bool   // the backend's Timeout or StallTimeout ended the attempt
+	output    bool   // the attempt produced output (Delivered or Progress) before it ended
+	emitted   string // the text the attempt handed to Emit
+	bare      bool   // the attempt called Delivered: text reached the caller past Emit
+	resume    any    // the attempt's last SetResume, when resumeSet
+	resumeSet bool
 	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
 	hasLimits bool        // limits holds one
 }
@@ -576,17 +635,25 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 			ctx = hc
 		}
 	}
-	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0, sink: r.sink}
+	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0, sink: r.sink, cont: r.cont}
 	start := r.now()
 	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)
-	mark.end()
+	emitted, resume, resumeSet := mark.end()
 	elapsed := time.Since(start)
-	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load()}
+	end := ended{
+		at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load(),
+		emitted: emitted, bare: mark.bare.Load(), resume: resume, resumeSet: resumeSet,
+	}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
+		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(), Restarted: r.restarting,
 	}
+	if r.cont != nil {
+		a.ContinuedFrom = len(r.cont.Text)
+	}
+	r.cont, r.restarting = nil, false
+	r.took(bi, end)
 	if b.Breaker != nil {
 		end.limits, end.hasLimits = mark.reported()
 	}
@@ -897,16 +964,31 @@ type decision struct {
 // decide decides what follows failed attempt a of backend b, which ended
 // as end says.
 func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended) decision {
+	d := r.decideUsual(b, a, end)
+	if r.holds() && r.mayRecover() && d.why != WhyDelivered && d.why != WhyCancelled && d.why != WhyDeadline {
+		d = r.recover(b, a, end, d)
+	}
+	return d
+}
+
+// decideUsual decides what follows failed attempt a of backend b by the
+// rules for an answer the caller holds nothing of; one it holds part of
+// ends the call, unless the call may go on from it (recover).
+func (r *run[Req, Resp]) decideUsual(b *Backend[Req, Resp], a Attempt, end ended) decision {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
 		why = WhyCancelled
 	case end.ctxErr != nil:
 		why = WhyDeadline
-	case a.Delivered:
+	case r.holds() && (!r.mayRecover() || a.Kind == KindTruncated || a.Kind == KindRefused):
 		// The caller already holds part of this answer: resending would
-		// duplicate it, and so would another backend.
+		// duplicate it, and so would another backend; and an answer that
+		// hit its budget or was refused ended for a reason about it.
 		why = WhyDelivered
+	case a.ContinuedFrom > 0 && errors.Is(a.Err, ErrCannotContinue):
+		// The backend refused to continue: recover takes the call on.
+		why = WhyCannotContinue
 	case a.Kind == KindRefused && !r.c.FailOverRefused:
 		why = WhyRefused
 	case !a.Kind.Retryable():

@@ -15,8 +15,12 @@ import (
 // from [WithStream] or [Chain.Stream].
 type Chunk struct {
 	// Text is the answer's next piece: it follows the Text of the
-	// chunks before it. It is never empty.
+	// chunks before it. It is empty only in a Restart chunk.
 	Text string
+	// Restart says that the answer starts again ([Chain.Restart]):
+	// discard the text of every chunk before this one; the chunks after
+	// it are a whole new answer.
+	Restart bool
 }
 
 // streamKey finds a call's stream in a context.

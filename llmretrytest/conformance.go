@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/llmretry/llmretry"
 )
@@ -99,9 +101,9 @@ func TestBackend(t *testing.T, makeBackend MakeBackend) {
 	if len(log) != 1 || log[0].Model != modelA {
 		t.Fatalf("llmretrytest: the backend's first request: the server logged %v, want one request for %q", log, modelA)
 	}
-	kind := kindOf{api: log[0].API, stream: b.Stream}
+	kind := kindOf{api: log[0].API, stream: b.Stream, canContinue: b.CanContinue != nil}
 	for _, c := range conformance {
-		if c.streamOnly && !kind.stream {
+		if c.streamOnly && !kind.stream || c.continues && !(kind.canContinue && kind.stream) {
 			continue
 		}
 		if c.run != nil {
@@ -112,6 +114,9 @@ func TestBackend(t *testing.T, makeBackend MakeBackend) {
 			continue
 		}
 		for _, streamed := range []bool{false, true} {
+			if c.continues && !streamed {
+				continue // nothing is delivered to continue from
+			}
 			k := kind
 			k.streamed = streamed
 			t.Run(c.name+"/"+k.String(), func(t *testing.T) {
@@ -137,10 +142,16 @@ const stallTimeout = 500 * time.Millisecond
 
 // kindOf is how a subtest calls the backend.
 type kindOf struct {
-	api      string // the API the backend speaks, as Request.API names it
-	stream   bool   // the backend asks for a stream
-	streamed bool   // the call streams (WithStream)
+	api         string // the API the backend speaks, as Request.API names it
+	stream      bool   // the backend asks for a stream
+	canContinue bool   // the backend has a CanContinue
+	streamed    bool   // the call streams (WithStream)
 }
+
+// resumes reports whether the backend continues by resuming a background
+// response, which it cannot once the response failed, rather than by a
+// prefix, which it can after any failure.
+func (k kindOf) resumes() bool { return k.api == responsesAPI.name }
 
 func (k kindOf) String() string {
 	if k.streamed {
@@ -175,6 +186,8 @@ type play struct {
 	breaker         bool            // a gets a Breaker
 	failOverRefused bool
 	apart           bool // b on a server of its own, so that a's can go down
+	continues       bool // the chain's Continue
+	restart         bool // the chain's Restart
 }
 
 // suiteResult is what a subtest saw.
@@ -182,7 +195,9 @@ type suiteResult struct {
 	answer  llmretry.Completion
 	err     error
 	records []llmretry.Attempt // as OnAttempt saw them
-	chunks  []string           // what the call's stream got
+	chunks  []string           // the text of what the call's stream got
+	stream  []heldChunk        // what the call's stream got, restarts included
+	sent    int                // requests sent so far
 	log     []Request          // every server's log, in the order they read the requests
 	backend llmretry.Backend[string, llmretry.Completion]
 }
@@ -220,24 +235,107 @@ func (k kindOf) play(t *testing.T, makeBackend MakeBackend, p play) suiteResult 
 		b.Retry = tiny
 		backends = append(backends, b)
 	}
-	res := suiteResult{backend: a}
 	chain := &llmretry.Chain[string, llmretry.Completion]{
 		Backends:        backends,
 		FailOverRefused: p.failOverRefused,
-		OnAttempt:       func(_ context.Context, at llmretry.Attempt) { res.records = append(res.records, at) },
+		Continue:        p.continues,
+		Restart:         p.restart,
 	}
-	ctx := t.Context()
+	res := k.call(chain, servers)
+	res.backend = a
+	CheckLog(t, res.records, res.err, servers...)
+	k.checkStream(t, res)
+	checkHeld(t, res)
+	return res
+}
+
+// call makes one call through chain, streamed as k says, and returns what
+// it saw, with the servers' logs.
+func (k kindOf) call(chain *llmretry.Chain[string, llmretry.Completion], servers []*Server) suiteResult {
+	var res suiteResult
+	chain.OnAttempt = func(_ context.Context, at llmretry.Attempt) { res.records = append(res.records, at) }
+	chain.OnAttemptStart = func(ctx context.Context, _ int, _ string, _ int) context.Context {
+		res.sent++
+		return ctx
+	}
+	ctx := context.Background()
 	if k.streamed {
-		ctx = llmretry.WithStream(ctx, func(c llmretry.Chunk) { res.chunks = append(res.chunks, c.Text) })
+		ctx = llmretry.WithStream(ctx, func(c llmretry.Chunk) {
+			res.chunks = append(res.chunks, c.Text)
+			res.stream = append(res.stream, heldChunk{sent: res.sent, Chunk: c})
+		})
 	}
 	res.answer, res.err = chain.Do(ctx, prompt)
 	for _, s := range servers {
 		res.log = append(res.log, s.Requests()...)
 	}
 	slices.SortStableFunc(res.log, func(x, y Request) int { return x.Time.Compare(y.Time) })
-	CheckLog(t, res.records, res.err, servers...)
-	k.checkStream(t, res)
 	return res
+}
+
+// heldChunk is a chunk of a call's stream, with how many requests the
+// call had sent when it came.
+type heldChunk struct {
+	sent int
+	llmretry.Chunk
+}
+
+// assembled is the text a call's stream holds at its end: what came after
+// its last restart.
+func (res suiteResult) assembled() string {
+	var b strings.Builder
+	for _, c := range res.stream {
+		if c.Restart {
+			b.Reset()
+		}
+		b.WriteString(c.Text)
+	}
+	return b.String()
+}
+
+// checkHeld checks each request sent against what the caller held when it
+// was sent: a request sent while the caller held part of the answer
+// continued it, from as many bytes as it held, and its log says so (an
+// Anthropic prefill leaves out the trailing white space), or began the
+// answer again after the stream was told to restart; a request sent while
+// the caller held nothing continued nothing.
+func checkHeld(t testing.TB, res suiteResult) {
+	t.Helper()
+	var sent []llmretry.Attempt
+	for _, a := range res.records {
+		if !a.Skipped && !errors.Is(a.Err, syscall.ECONNREFUSED) {
+			sent = append(sent, a)
+		}
+	}
+	for i, a := range sent {
+		var held strings.Builder
+		restarted := false
+		for _, c := range res.stream {
+			if c.sent > i {
+				break
+			}
+			if c.Restart {
+				held.Reset()
+				restarted = c.sent == i
+			}
+			held.WriteString(c.Text)
+		}
+		h := held.String()
+		switch {
+		case a.Restarted && !restarted:
+			t.Errorf("request %d (%v) says it restarted, but the stream was not told", i+1, a)
+		case !a.Restarted && restarted:
+			t.Errorf("request %d (%v): the stream was told to restart, but the record does not say so", i+1, a)
+		case a.ContinuedFrom != len(h) && (h != "" || a.ContinuedFrom != 0):
+			t.Errorf("request %d (%v) continued from %d bytes, but the caller held %q", i+1, a, a.ContinuedFrom, h)
+		}
+		if i < len(res.log) {
+			trim := func(s string) string { return strings.TrimRightFunc(s, unicode.IsSpace) }
+			if got := res.log[i].Continues; got != "" && trim(got) != trim(h) {
+				t.Errorf("request %d (%v): the server was asked to continue %q, but the caller held %q", i+1, a, got, h)
+			}
+		}
+	}
 }
 
 // CheckLog checks that a chain's records and the servers' logs tell the
@@ -284,6 +382,12 @@ func CheckLog(t testing.TB, records []llmretry.Attempt, err error, servers ...*S
 		if want := statusOf(r); a.Status != want {
 			t.Errorf("request %d (%s): record's status %d, want %d", i+1, r.Step, a.Status, want)
 		}
+		// A request that continued may be sent as it was, the answer
+		// taken up after what the caller holds (openairetry's Replay);
+		// but one the server was asked to continue was a continuation.
+		if a.ContinuedFrom == 0 && r.Continues != "" {
+			t.Errorf("request %d (%s): the server was asked to continue %q, the record continued nothing", i+1, r.Step, r.Continues)
+		}
 		if !sameUsage(a.Usage, r.Usage) {
 			t.Errorf("request %d (%s): record's usage %s, the server told the client %s", i+1, r.Step, usageString(a.Usage), usageString(r.Usage))
 		}
@@ -324,12 +428,14 @@ func CheckLog(t testing.TB, records []llmretry.Attempt, err error, servers ...*S
 // delivered had sent.
 func (k kindOf) checkStream(t *testing.T, res suiteResult) {
 	t.Helper()
-	got := strings.Join(res.chunks, "")
+	got := res.assembled()
 	var want string
 	switch {
 	case !k.streamed:
 	case res.err == nil:
 		want = res.answer.Text
+	case slices.ContainsFunc(res.records, func(a llmretry.Attempt) bool { return a.ContinuedFrom > 0 }):
+		want = got // checkHeld checks each continuation
 	default:
 		if n := len(res.records); n > 0 && res.records[n-1].Why == llmretry.WhyDelivered && res.records[n-1].RawText != nil {
 			want = *res.records[n-1].RawText
@@ -355,6 +461,10 @@ func statusOf(r Request) int {
 		return n
 	}
 	typ, ok := strings.CutPrefix(r.Step, "stream error ")
+	if _, fault, isFault := strings.Cut(r.Step, " error "); !ok && isFault {
+		// An answer that failed inside its stream (FailAfter).
+		typ, _, ok = strings.Cut(fault, " after ")
+	}
 	switch {
 	case !ok:
 		return 0
@@ -482,6 +592,7 @@ func limited(st Step) Step {
 type conformanceCase struct {
 	name       string
 	streamOnly bool // only for a backend that streams
+	continues  bool // only for a streaming backend that can continue, in a call that streams
 	play       func(k kindOf) play
 	check      func(t *testing.T, k kindOf, res suiteResult)
 	run        func(t *testing.T, k kindOf, makeBackend MakeBackend)
@@ -798,6 +909,84 @@ var conformance = []conformanceCase{
 	},
 	{name: "paced_burst", run: pacedBurst},
 	{
+		name: "continue_after_cut", continues: true,
+		play: func(kindOf) play {
+			return play{a: []Step{Answer(story).DropAfter(3), Answer(story)}, continues: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a transient retry", "a ok")
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	},
+	{
+		name: "continue_after_stall", continues: true,
+		play: func(kindOf) play {
+			return play{a: []Step{Answer(story).StallAfter(3), Answer(story)}, continues: true, stall: stallTimeout}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a timeout retry", "a ok")
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	},
+	{
+		name: "continue_after_garble", continues: true,
+		play: func(kindOf) play {
+			return play{a: []Step{Answer(story).GarbleAfter(3), Answer(story)}, continues: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a transient retry", "a ok")
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	},
+	{
+		// An error inside the stream: a prefix goes on from it; a
+		// background response that failed cannot be resumed, and the
+		// answer starts again.
+		name: "continue_or_restart_after_error", continues: true,
+		play: func(k kindOf) play {
+			return play{a: []Step{Answer(story).FailAfter(3, k.overload()), Answer(story)}, continues: true, restart: true}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a transient retry", "a ok")
+			if k.resumes() {
+				if len(res.records) == 2 && !res.records[1].Restarted {
+					t.Errorf("record %v: want the answer restarted", res.records[1])
+				}
+				return
+			}
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	},
+	{
+		// A continuation the backend cannot take goes to one that can.
+		name: "continue_on_the_next_backend", continues: true,
+		play: func(kindOf) play {
+			return play{
+				a:         []Step{Answer(story).DropAfter(3)},
+				b:         []Step{Answer(story)},
+				policy:    llmretry.Policy{Waits: []time.Duration{0}, MaxTries: 1},
+				continues: true,
+			}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			if k.resumes() {
+				// Only a's own retry could resume its response.
+				wantFailure(t, res)
+				wantRecords(t, res, "a transient stop delivered")
+				return
+			}
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a transient fail_over waits_used", "b ok")
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	},
+	{name: "continuation_refused", continues: true, run: continuationRefused},
+	{name: "random_cuts", continues: true, run: randomCuts},
+	{
 		name:       "stall_before_text",
 		streamOnly: true,
 		play: func(kindOf) play {
@@ -929,4 +1118,156 @@ func wantLimits(t *testing.T, res suiteResult) {
 	if st.Reported.IsZero() || st.Remaining != 4 || st.NextAdmission.IsZero() {
 		t.Errorf("Breaker.State() = %+v, want a report of 4 remaining with a next admission", st)
 	}
+}
+
+// story is the answer the continuation cases script.
+const story = "The sky is blue because air scatters the blue of sunlight more than the red."
+
+// wantContinued checks that record i continued from n bytes.
+func wantContinued(t *testing.T, res suiteResult, i, n int) {
+	t.Helper()
+	if i < len(res.records) && res.records[i].ContinuedFrom != n {
+		t.Errorf("record %v: continued from %d bytes, want %d", res.records[i], res.records[i].ContinuedFrom, n)
+	}
+}
+
+// continuationRefused checks that a continuation the server refuses (a
+// 400 to the request that carried it) is not the call's outcome: the
+// answer starts again. A prefix or a prefill the server refused is not
+// sent again by the same backend, in later calls too; a background
+// response that cannot be resumed is that response's fault, not the
+// backend's.
+func continuationRefused(t *testing.T, k kindOf, makeBackend MakeBackend) {
+	k.streamed = true
+	srv := NewServer()
+	t.Cleanup(srv.Close)
+	srv.Script(modelA, Answer(story).DropAfter(3), Status(400), Answer(story), Answer(story).DropAfter(3), Answer(story))
+	a := makeBackend(srv, modelA)
+	a.Retry = llmretry.Policy{Waits: []time.Duration{0, 0, 0}}
+	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{a}, Continue: true, Restart: true}
+
+	first := k.call(chain, []*Server{srv})
+	wantAnswer(t, first, story)
+	wantRecords(t, first, "a transient retry", "a rejected retry", "a ok")
+	if len(first.records) == 3 {
+		if r := first.records[1]; r.ContinuedFrom == 0 || !errors.Is(r.Err, llmretry.ErrCannotContinue) {
+			t.Errorf("record %v: want a continuation whose error wraps llmretry.ErrCannotContinue", r)
+		}
+		if r := first.records[2]; !r.Restarted {
+			t.Errorf("record %v: want the answer restarted", r)
+		}
+	}
+	checkHeld(t, first)
+	if got := first.assembled(); got != story {
+		t.Errorf("the call's stream assembled %q, want %q", got, story)
+	}
+
+	second := k.call(chain, []*Server{srv})
+	wantAnswer(t, second, story)
+	if k.resumes() {
+		// A new response can be resumed.
+		wantRecords(t, second, "a transient retry", "a ok")
+		wantContinued(t, second, 1, len("The sky is "))
+	} else {
+		// Learned: the backend is not sent another prefix, and the answer
+		// starts again at once.
+		wantRecords(t, second, "a transient retry", "a ok")
+		if len(second.records) == 2 && !second.records[1].Restarted {
+			t.Errorf("record %v: want the answer restarted, with no second continuation", second.records[1])
+		}
+	}
+	records := append(slices.Clone(first.records), second.records...)
+	CheckLog(t, records, nil, srv)
+}
+
+// randomCuts plays streams cut at random points, each a random answer
+// cut, stalled, garbled or failed inside zero to three times, through a
+// chain that continues and restarts: every call ends in the whole answer,
+// what its stream assembled is that answer, and the records and the
+// server's log agree request for request. It plays 1,000 streams, 100
+// with -short.
+func randomCuts(t *testing.T, k kindOf, makeBackend MakeBackend) {
+	k.streamed = true
+	streams := 1000
+	if testing.Short() {
+		streams = 100
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	words := strings.Fields("the sky is blue because air scatters short waves of sunlight more than long ones so we see blue overhead and red at dusk")
+	var (
+		wg   sync.WaitGroup
+		next = make(chan int)
+	)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				rng := rand.New(rand.NewPCG(seed, uint64(i)))
+				n := 5 + rng.IntN(20)
+				var b strings.Builder
+				for j := range n {
+					if j > 0 {
+						b.WriteString(" ")
+					}
+					b.WriteString(words[rng.IntN(len(words))])
+				}
+				text := b.String()
+				var script []Step
+				for range rng.IntN(4) {
+					at := rng.IntN(5)
+					switch rng.IntN(4) {
+					case 0:
+						script = append(script, Answer(text).DropAfter(at))
+					case 1:
+						script = append(script, Answer(text).StallAfter(at))
+					case 2:
+						script = append(script, Answer(text).GarbleAfter(at))
+					default:
+						script = append(script, Answer(text).FailAfter(at, k.overload()))
+					}
+				}
+				script = append(script, Answer(text))
+				randomCut(prefixed{t, fmt.Sprintf("stream %d (seed %d) %v: ", i, seed, script)}, k, makeBackend, script, text)
+			}
+		})
+	}
+	for i := range streams {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// randomCut plays one stream of randomCuts: script, whose answer is text.
+func randomCut(t testing.TB, k kindOf, makeBackend MakeBackend, script []Step, text string) {
+	srv := NewServer()
+	defer srv.Close()
+	srv.Script(modelA, script...)
+	a := makeBackend(srv, modelA)
+	// More tries than faults, and a StallTimeout short enough for many
+	// stalls: a stall the machine's load makes is one more continuation.
+	a.Retry = llmretry.Policy{Waits: slices.Repeat([]time.Duration{0}, len(script)+3)}
+	a.StallTimeout = 200 * time.Millisecond
+	chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{a}, Continue: true, Restart: true}
+	res := k.call(chain, []*Server{srv})
+	if res.err != nil || res.answer.Text != text {
+		t.Errorf("Do() = %q, %v; want the whole answer %q (records %s)", res.answer.Text, res.err, text, summaries(res.records))
+	}
+	if got := res.assembled(); got != text {
+		t.Errorf("the call's stream assembled %q, want %q", got, text)
+	}
+	CheckLog(t, res.records, res.err, srv)
+	checkHeld(t, res)
+}
+
+// prefixed is a testing.TB whose messages say which of many checks made
+// them.
+type prefixed struct {
+	testing.TB
+	prefix string
+}
+
+func (p prefixed) Errorf(format string, args ...any) {
+	p.TB.Helper()
+	p.TB.Errorf("%s"+format, append([]any{p.prefix}, args...)...)
 }

@@ -27,6 +27,23 @@ func TestConformance(t *testing.T) {
 		{"responses_stream", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
 			return openairetry.ResponsesStream(newClient(srv), model, buildResponses, nil)
 		}},
+		// The backends that continue an answer, and so run the suite's
+		// continuation checks too.
+		{"chat_stream_prefix", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+			return openairetry.WithPrefix(openairetry.ChatStream(newClient(srv), model, build, nil), openairetry.PrefixFlag)
+		}},
+		{"chat_stream_continue_final_message", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+			return openairetry.WithPrefix(openairetry.ChatStream(newClient(srv), model, build, nil), openairetry.ContinueFinalMessage)
+		}},
+		{"chat_stream_replay", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+			return openairetry.WithPrefix(openairetry.ChatStream(newClient(srv), model, build, nil), openairetry.Replay)
+		}},
+		{"chat_prefix", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+			return openairetry.WithPrefix(openairetry.Chat(newClient(srv), model, build), openairetry.PrefixFlag)
+		}},
+		{"responses_stream_background", func(srv *llmretrytest.Server, model string) llmretry.Backend[string, llmretry.Completion] {
+			return openairetry.WithBackground(openairetry.ResponsesStream(newClient(srv), model, buildResponses, nil))
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/llmretry/llmretry"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 )
 
@@ -48,6 +49,11 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 		Model:    model,
 		Provider: provider,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			if _, ok := llmretry.Continuing(ctx); ok {
+				// A plain request has no stream to resume, and the
+				// Responses API takes no prefix.
+				return llmretry.Completion{}, cannot(ctx, "with a plain Responses request")
+			}
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
 			r, err := client.Responses.New(ctx, params,
@@ -56,7 +62,7 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 			if err != nil {
 				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
-			return whole(ctx)(responseAnswer(ctx, r, "", requestSuffix(resp)))
+			return whole(ctx, "")(responseAnswer(ctx, r, "", "", requestSuffix(resp)))
 		},
 	}
 }
@@ -95,14 +101,36 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		Stream:   true,
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
-			deliver := emit != nil || llmretry.Streaming(ctx)
-			var resp *http.Response
-			stream := client.Responses.NewStreaming(ctx, params,
-				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			background := false
+			if c := continuerOf(ctx); c != nil && c.background {
+				// Run in the background, the response goes on whatever
+				// becomes of this stream, and a retry can read on.
+				params.Background, params.Store = openai.Bool(true), openai.Bool(true)
+				background = true
+			}
+			var (
+				resp   *http.Response
+				stream *ssestream.Stream[responses.ResponseStreamEventUnion]
+				cursor *responseCursor // where the response's stream is, for a retry to resume; nil when it cannot be
+				held   string          // what the caller holds, which a resumed stream goes on from
+			)
+			if cont, ok := llmretry.Continuing(ctx); ok {
+				c, isCursor := cont.Resume.(*responseCursor)
+				if !isCursor {
+					return llmretry.Completion{}, cannot(ctx, "with a new Responses request (only a background response's stream resumes)")
+				}
+				held, cursor = cont.Text, &responseCursor{id: c.id, seq: c.seq}
+				stream = client.Responses.GetStreaming(ctx, c.id, responses.ResponseGetParams{StartingAfter: openai.Int(c.seq)},
+					option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			} else {
+				stream = client.Responses.NewStreaming(ctx, params,
+					option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			}
 			// Close lets the connection go at once when the stream ends at
 			// its terminal event, before the body has.
 			defer stream.Close()
 			reportLimits(ctx, resp)
+			deliver := emit != nil || llmretry.Streaming(ctx) || held != ""
 
 			var text strings.Builder
 			for stream.Next() {
@@ -112,6 +140,14 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 				// both modes: StallTimeout measures the time without an
 				// event, as it does for ChatStream.
 				llmretry.Progress(ctx)
+				if ev.Type == "response.created" && background {
+					cursor = &responseCursor{id: ev.Response.ID}
+				}
+				if cursor != nil {
+					// Read up to here: a resumption starts after it.
+					cursor = &responseCursor{id: cursor.id, seq: ev.SequenceNumber}
+					llmretry.SetResume(ctx, cursor)
+				}
 				switch ev.Type {
 				case "response.output_text.delta":
 					if ev.Delta == "" {
@@ -129,13 +165,17 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 					}
 				case "response.completed", "response.incomplete", "response.failed":
 					r := ev.Response
-					return responseAnswer(ctx, &r, text.String(), requestSuffix(resp))
+					return responseAnswer(ctx, &r, held, text.String(), requestSuffix(resp))
 				case "error":
+					// The response failed: nothing of it to resume.
+					llmretry.SetResume(ctx, nil)
 					return llmretry.Completion{}, withText(codeFailure("stream error", ev.Code, ev.Message, resp), text.String())
 				}
 			}
 			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, streamFailure(causeOf(ctx, err), resp, text.String())
+				// A resumed response the server no longer has is gone
+				// for this answer, not for the Backend.
+				return llmretry.Completion{}, refused(ctx, held, streamFailure(causeOf(ctx, err), resp, text.String()), false)
 			}
 			// Cut cleanly by a proxy or the provider: without its last
 			// event nothing says the answer is whole.
@@ -168,15 +208,23 @@ func responsesUsage(u *responses.ResponseUsage) *llmretry.Usage {
 
 // responseAnswer turns a response as it ended into the chain's answer,
 // reporting its usage, or into the failure its status stands for,
-// carrying its usage. streamed is the text a stream delivered, used when
-// the response itself holds none; suffix names the request in messages.
-func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix string) (llmretry.Completion, error) {
+// carrying its usage. held is the text the caller held of a response
+// whose stream was resumed, streamed the text a stream delivered: the
+// answer's text is the response's own, whole, or held and streamed when
+// it holds none; a failure keeps the attempt's own text, which is
+// streamed when the stream was resumed. suffix names the request in
+// messages.
+func responseAnswer(ctx context.Context, r *responses.Response, held, streamed, suffix string) (llmretry.Completion, error) {
 	var usage *llmretry.Usage
 	if r.JSON.Usage.Valid() {
 		usage = responsesUsage(&r.Usage)
 	}
-	text := r.OutputText()
-	if text == "" {
+	whole := r.OutputText()
+	if whole == "" {
+		whole = held + streamed
+	}
+	text := whole // what a failure keeps: the attempt's own output
+	if held != "" {
 		text = streamed
 	}
 	switch r.Status {
@@ -208,7 +256,7 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 			Err:  errors.New("openairetry: response not finished (status " + strconv.Quote(string(r.Status)) + ")" + suffix),
 		}, text), usage)
 	}
-	if text == "" && !hasFunctionCall(r) {
+	if whole == "" && !hasFunctionCall(r) {
 		// Sampling differs between tries, so an empty answer is worth
 		// another one; a refusal counts as empty, and its text is kept
 		// for the record, as Chat keeps a message's refusal.
@@ -221,7 +269,7 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 	return llmretry.Completion{
 		ID:           r.ID,
 		Model:        r.Model,
-		Text:         text,
+		Text:         whole,
 		StopReason:   string(r.Status),
 		InputTokens:  r.Usage.InputTokens,
 		OutputTokens: r.Usage.OutputTokens,
