@@ -77,7 +77,9 @@
 // which keeps [Backend.StallTimeout] from cutting it while leaving it free
 // to be sent again: the caller has seen none of it. [WithStream] and
 // [Chain.Stream] stream one call to a consumer of its own; a backend
-// hands its text over with [Emit]. A Chain run
+// hands its text over with [Emit]. [Chain.Continue] lets a call go on
+// from text it delivered before an attempt failed, [Chain.Restart] start
+// it again. A Chain run
 // inside another chain's attempt makes one attempt per backend, so retries
 // do not multiply; [Standalone] gives an unrelated inner chain its own.
 //

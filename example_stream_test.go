@@ -28,6 +28,12 @@ func streamAnswer(chain *llmretry.Chain[string, llmretry.Completion]) http.Handl
 				fmt.Fprintf(w, "event: error\ndata: %d\n\n", status)
 				return
 			}
+			if chunk.Restart {
+				// The chain starts the answer again (Chain.Restart):
+				// the client discards what it has.
+				fmt.Fprint(w, "event: restart\ndata: {}\n\n")
+				continue
+			}
 			text, _ := json.Marshal(chunk.Text)
 			fmt.Fprintf(w, "data: %s\n\n", text)
 			flush()

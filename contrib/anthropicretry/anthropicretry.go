@@ -52,7 +52,9 @@ const provider = "anthropic"
 //
 // In a call that streams ([llmretry.WithStream]) the answer's text
 // reaches the call's stream in one piece, through [llmretry.Emit], as
-// Call returns it.
+// Call returns it. The Backend continues an answer another attempt began
+// to deliver by an assistant prefill, as the package's doc says under
+// Continuation.
 //
 // The caller sets Retry and Timeout on the returned Backend. StallTimeout
 // bounds the whole request here, since nothing reaches the caller before
@@ -127,7 +129,10 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 // arrived it carries the usage reported so far (see
 // [llmretry.ReportUsage]). Like [Messages], it sends one HTTP request per
 // call, maps stop reasons as Messages does, and model, when not empty,
-// replaces the parameters' Model.
+// replaces the parameters' Model. It continues an answer another attempt
+// began to deliver by an assistant prefill, handing only what follows to
+// emit and the call's stream, as the package's doc says under
+// Continuation.
 //
 // The caller sets Retry, StallTimeout and, as an upper bound on a whole
 // answer, Timeout on the returned Backend. MessagesStream panics if build

@@ -128,6 +128,20 @@
 // that breaks is retried or taken to the next backend, since nobody has
 // seen its text.
 //
+// # Continuation
+//
+// Both Backends can continue an answer the caller holds part of
+// ([llmretry.Chain].Continue): an attempt told to ([llmretry.Continuing])
+// sends the text as an assistant prefill, the conversation's last
+// message, without its trailing white space, which Anthropic refuses
+// there; it leaves out the white space the model's continuation begins
+// with, which the caller has, hands the rest to [llmretry.Emit] and
+// answers with the whole text. A model that does not take a prefill (a
+// 4xx other than a 429 to the request that carried it) fails that
+// attempt with [llmretry.ErrCannotContinue], and its Backend sends no
+// prefill again: the chain goes on to a backend that can, or starts the
+// answer again.
+//
 // # Telemetry
 //
 // Every Backend says who serves it in Provider, "anthropic" (set it to the

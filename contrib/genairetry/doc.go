@@ -99,6 +99,10 @@
 // chunk only reports [llmretry.Progress]: a stream that
 // breaks is retried or failed over, as nothing of it reached the caller.
 //
+// The Gemini API has no way to continue an answer from text the caller
+// holds, so the Backends cannot ([llmretry.Chain].Continue passes them
+// over); a chain with Restart starts such an answer again instead.
+//
 // # Telemetry
 //
 // Every Backend says who serves it in Provider: "gcp.gemini" for a client

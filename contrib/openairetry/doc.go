@@ -37,6 +37,19 @@
 // request is. Use that for a gateway that answers only once the answer
 // is whole, or a batch job that streams only so that a stall can be cut.
 //
+// # Continuation
+//
+// A chain that continues an answer cut after text reached the caller
+// ([llmretry.Chain].Continue) needs backends that can. OpenAI's Chat
+// Completions API cannot; [WithPrefix] makes a Chat or ChatStream
+// Backend continue on a server that can, by a prefix ([PrefixFlag] for
+// DeepSeek and Mistral, [ContinueFinalMessage] for vLLM and SGLang) or
+// by replaying the request to a server that answers it the same way
+// ([Replay]). [WithBackground] runs ResponsesStream's requests in the
+// background, so that its own next attempt resumes the response's stream
+// after the last event read. A continued answer is returned whole; only
+// what follows the caller's text is handed over.
+//
 // # Retries
 //
 // The chain owns every retry. Each Call turns the SDK's own retries off
