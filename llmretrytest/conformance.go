@@ -908,39 +908,9 @@ var conformance = []conformanceCase{
 		check: func(t *testing.T, k kindOf, res suiteResult) { wantLimits(t, res) },
 	},
 	{name: "paced_burst", run: pacedBurst},
-	{
-		name: "continue_after_cut", continues: true,
-		play: func(kindOf) play {
-			return play{a: []Step{Answer(story).DropAfter(3), Answer(story)}, continues: true}
-		},
-		check: func(t *testing.T, k kindOf, res suiteResult) {
-			wantAnswer(t, res, story)
-			wantRecords(t, res, "a transient retry", "a ok")
-			wantContinued(t, res, 1, len("The sky is "))
-		},
-	},
-	{
-		name: "continue_after_stall", continues: true,
-		play: func(kindOf) play {
-			return play{a: []Step{Answer(story).StallAfter(3), Answer(story)}, continues: true, stall: stallTimeout}
-		},
-		check: func(t *testing.T, k kindOf, res suiteResult) {
-			wantAnswer(t, res, story)
-			wantRecords(t, res, "a timeout retry", "a ok")
-			wantContinued(t, res, 1, len("The sky is "))
-		},
-	},
-	{
-		name: "continue_after_garble", continues: true,
-		play: func(kindOf) play {
-			return play{a: []Step{Answer(story).GarbleAfter(3), Answer(story)}, continues: true}
-		},
-		check: func(t *testing.T, k kindOf, res suiteResult) {
-			wantAnswer(t, res, story)
-			wantRecords(t, res, "a transient retry", "a ok")
-			wantContinued(t, res, 1, len("The sky is "))
-		},
-	},
+	continueAfter("cut", "transient", 0, func(s Step) Step { return s.DropAfter(3) }),
+	continueAfter("stall", "timeout", stallTimeout, func(s Step) Step { return s.StallAfter(3) }),
+	continueAfter("garble", "transient", 0, func(s Step) Step { return s.GarbleAfter(3) }),
 	{
 		// An error inside the stream: a prefix goes on from it; a
 		// background response that failed cannot be resumed, and the
@@ -1274,4 +1244,21 @@ type prefixed struct {
 func (p prefixed) Errorf(format string, args ...any) {
 	p.TB.Helper()
 	p.TB.Errorf("%s"+format, append([]any{p.prefix}, args...)...)
+}
+
+// continueAfter is the case of an answer that breaks after three chunks
+// as brk says, a failure of kind, and is continued from them on the
+// backend's retry; stall is the backend's StallTimeout.
+func continueAfter(name, kind string, stall time.Duration, brk func(Step) Step) conformanceCase {
+	return conformanceCase{
+		name: "continue_after_" + name, continues: true,
+		play: func(kindOf) play {
+			return play{a: []Step{brk(Answer(story)), Answer(story)}, continues: true, stall: stall}
+		},
+		check: func(t *testing.T, k kindOf, res suiteResult) {
+			wantAnswer(t, res, story)
+			wantRecords(t, res, "a "+kind+" retry", "a ok")
+			wantContinued(t, res, 1, len("The sky is "))
+		},
+	}
 }
