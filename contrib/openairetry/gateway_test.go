@@ -362,12 +362,14 @@ const (
 	secondaryModel = "gpt-secondary"
 
 	// stall is the backends' StallTimeout: short, so that a fault that
-	// falls silent costs the suite little.
-	stall = 200 * time.Millisecond
+	// falls silent costs the suite little, and long enough that a
+	// healthy stream on a machine loaded by -race and the package's other
+	// tests (the conformance suite's thousands of streams) is not cut.
+	stall = 400 * time.Millisecond
 	// attemptTimeout is the plain backends' Timeout: long enough for a
-	// slow first token, short enough that a plain request that gets no
-	// response is cut soon.
-	attemptTimeout = time.Second
+	// slow first token (2*stall), short enough that a plain request that
+	// gets no response is cut soon.
+	attemptTimeout = 2 * time.Second
 	// callDeadline bounds each call, as a client's request deadline
 	// does; no fault may run into it.
 	callDeadline = 10 * time.Second
