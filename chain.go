@@ -452,12 +452,22 @@ func (c *Chain[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 
 // run is the state of one Do.
 type run[Req, Resp any] struct {
-	c      *Chain[Req, Resp]
-	ctx    context.Context
-	parent *attemptCtx // the enclosing chain's attempt, nil when there is none
-	sink   *sink       // the call's stream (WithStream), nil when it does not stream
+	c        *Chain[Req, Resp]
+	ctx      context.Context
+	parent   *attemptCtx // the enclosing chain's attempt, nil when there is none
+	nested   bool        // an enclosing attempt may be retried: make one attempt per backend
+	start    time.Time   // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
+	plan     plan
+	attempts []Attempt // the records kept so far
 
-	// What the caller holds of the answer, for Continue and Restart.
+	// The record handed to OnAttempt last, which Do keeps once it has
+	// carried out its decision (or the caller's context cut it short).
+	pending Attempt
+	handed  bool
+
+	// The call's stream, and what the caller holds of the answer, for
+	// Continue and Restart.
+	sink       *sink         // the call's stream (WithStream), nil when it does not stream
 	held       string        // the text delivered since the answer last began
 	bare       bool          // text reached the caller past Emit: what it holds is not known
 	resume     any           // the resume state of the last attempt that set one (SetResume)
@@ -465,15 +475,6 @@ type run[Req, Resp any] struct {
 	cannot     []int         // backends that refused a continuation in this call
 	cont       *Continuation // what the next request continues, set by prepare
 	restarting bool          // the next request sent begins the answer again
-	nested     bool          // an enclosing attempt may be retried: make one attempt per backend
-	start      time.Time     // the call's first clock reading, taken as when Do began: its place in a breaker's line; zero until then
-	plan       plan
-	attempts   []Attempt // the records kept so far
-
-	// The record handed to OnAttempt last, which Do keeps once it has
-	// carried out its decision (or the caller's context cut it short).
-	pending Attempt
-	handed  bool
 }
 
 // reportUsageUp adds what this call cost, every attempt it made (answer
@@ -583,16 +584,18 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 // ended is the state of the world when an attempt's Call returned.
 type ended struct {
 	at        time.Time
-	ctxErr    error  // the caller's context's Err, nil while it was live
-	cause     error  // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
-	own       bool   // the backend's Timeout or StallTimeout ended the attempt
+	ctxErr    error       // the caller's context's Err, nil while it was live
+	cause     error       // context.Cause of the caller's context, or, for a withdrawal the backend reported, its error
+	own       bool        // the backend's Timeout or StallTimeout ended the attempt
+	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
+	hasLimits bool        // limits holds one
+
+	// What the attempt did that the caller saw.
 	output    bool   // the attempt produced output (Delivered or Progress) before it ended
 	emitted   string // the text the attempt handed to Emit
 	bare      bool   // the attempt called Delivered: text reached the caller past Emit
 	resume    any    // the attempt's last SetResume, when resumeSet
 	resumeSet bool
-	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
-	hasLimits bool        // limits holds one
 }
 
 // attempt sends try number try to backend b and tells its breaker, if it
