@@ -71,20 +71,25 @@ const (
 type Why string
 
 const (
-	WhyNotRetryable   Why = "not_retryable"   // the attempt's Kind is not retried
-	WhyWaitsUsed      Why = "waits_used"      // the policy allows no further try: no waits, the list ran out without a deadline, a zero last wait, or Policy.MaxTries reached
-	WhyReserve        Why = "reserve"         // the next wait would end at or past the deadline, or leave less than the reserve
-	WhyMaxWait        Why = "max_wait"        // the server's retry-after was longer than Policy.MaxWait
-	WhyDelivered      Why = "delivered"       // output had reached the caller: nothing may be resent
-	WhyDeadline       Why = "deadline"        // the caller's deadline passed
-	WhyCancelled      Why = "cancelled"       // the caller withdrew, or the backend said it had
-	WhyNested         Why = "nested"          // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
-	WhyBreaker        Why = "breaker"         // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
-	WhyPaced          Why = "paced"           // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
-	WhyRefused        Why = "refused"         // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
-	WhySilent         Why = "silent"          // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
-	WhyCannotContinue Why = "cannot_continue" // the caller holds part of the answer, which the backend cannot continue (Backend.CanContinue) or refused to (ErrCannotContinue): failed over to a backend that can, or passed over
+	WhyNotRetryable Why = "not_retryable" // the attempt's Kind is not retried
+	WhyWaitsUsed    Why = "waits_used"    // the policy allows no further try: no waits, the list ran out without a deadline, a zero last wait, or Policy.MaxTries reached
+	WhyReserve      Why = "reserve"       // the next wait would end at or past the deadline, or leave less than the reserve
+	WhyMaxWait      Why = "max_wait"      // the server's retry-after was longer than Policy.MaxWait
+	WhyDelivered    Why = "delivered"     // output had reached the caller: nothing may be resent
+	WhyDeadline     Why = "deadline"      // the caller's deadline passed
+	WhyCancelled    Why = "cancelled"     // the caller withdrew, or the backend said it had
+	WhyNested       Why = "nested"        // the chain runs inside another chain's retrying attempt, so it makes one attempt per backend
+	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
+	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, or waited for in vain or past the bound (see Breaker)
+	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
+	WhySilent       Why = "silent"        // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
 )
+
+// WhyCannotContinue is why a call whose caller holds part of the answer
+// (Chain.Continue) failed over from a backend, or passed it over: the
+// backend cannot continue the answer (Backend.CanContinue), or refused to
+// (ErrCannotContinue).
+const WhyCannotContinue Why = "cannot_continue"
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http
 // 500: upstream on fire (retrying in 30ms)": where it ran, the first line
