@@ -37,6 +37,14 @@ type Attempt struct {
 	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
 	Deployment string        // for a backend that is a pool, the deployment the request went to (or whose breaker held it back); empty otherwise
 	Chosen     Chosen        // for a backend that is a pool, why that deployment was chosen; empty otherwise
+	// ContinuedFrom is how many bytes of the answer the caller already
+	// held when the attempt was sent, which it was asked to continue
+	// (Chain.Continue, Continuing); 0 for an attempt that began the
+	// answer. RawText is then the attempt's own output, what followed.
+	ContinuedFrom int
+	// Restarted says the attempt began the answer again: the call's
+	// stream was told to discard what it held (Chain.Restart).
+	Restarted bool
 	// Skipped says no request was sent: the backend's Breaker was open,
 	// or held the request back by the provider's rate-limit reports (Why
 	// "paced", Kind transient). Kind is otherwise the Kind of the failure
@@ -76,7 +84,14 @@ const (
 	WhyBreaker      Why = "breaker"       // the backend's Breaker was open, or would be when a retry's wait ended: skipped, not waited for because it would not half-open within the bound Backend.Breaker states, or waited for in vain
 	WhyPaced        Why = "paced"         // the backend's Breaker held the request back by the provider's rate-limit reports, without a failure: skipped, waited for in vain or past the bound (see Breaker), or waited for and then sent (Next retry)
 	WhyRefused      Why = "refused"       // the provider refused the content (KindRefused): the chain stopped rather than send it to another backend (see Chain.FailOverRefused)
+	WhySilent       Why = "silent"        // the attempt timed out before any output and Policy.FailOverSilent is set: failed over at once rather than retried
 )
+
+// WhyCannotContinue is why a call whose caller holds part of the answer
+// (Chain.Continue) failed over from a backend, or passed it over: the
+// backend cannot continue the answer (Backend.CanContinue), or refused to
+// (ErrCannotContinue).
+const WhyCannotContinue Why = "cannot_continue"
 
 // String returns the attempt as one line, "[backend 0 gpt-4o try 1] http
 // 500: upstream on fire (retrying in 30ms)": where it ran, the first line
@@ -163,6 +178,12 @@ func (a Attempt) LogValue() slog.Value {
 	if a.Skipped {
 		attrs = append(attrs, slog.Bool("skipped", true))
 	}
+	if a.ContinuedFrom != 0 {
+		attrs = append(attrs, slog.Int("continued_from", a.ContinuedFrom))
+	}
+	if a.Restarted {
+		attrs = append(attrs, slog.Bool("restarted", true))
+	}
 	if u := a.Usage; u != nil {
 		attrs = append(attrs, slog.Group("usage", usageAttrs(*u)...))
 	}
@@ -210,6 +231,7 @@ func millis(d time.Duration) float64 {
 //     negative ones included;
 //   - next, why: their names, when set;
 //   - delivered: always; skipped: only when true;
+//   - continued_from: only when not 0; restarted: only when true;
 //   - usage: an object of input_tokens and output_tokens, with
 //     cached_input_tokens and reasoning_tokens when not 0 (as [Usage]
 //     encodes), only when Usage is not nil.
@@ -384,6 +406,8 @@ var attemptFields = [...]attemptField{
 	boolField("skipped", func(a *Attempt) bool { return !a.Skipped }, func(a *Attempt) *bool { return &a.Skipped }),
 	stringField("deployment", func(a *Attempt) bool { return a.Deployment == "" }, func(a *Attempt) *string { return &a.Deployment }),
 	stringField("chosen", func(a *Attempt) bool { return a.Chosen == "" }, func(a *Attempt) *string { return (*string)(&a.Chosen) }),
+	intField("continued_from", func(a *Attempt) bool { return a.ContinuedFrom == 0 }, func(a *Attempt) *int { return &a.ContinuedFrom }),
+	boolField("restarted", func(a *Attempt) bool { return !a.Restarted }, func(a *Attempt) *bool { return &a.Restarted }),
 	{
 		key:  "usage",
 		omit: func(a *Attempt) bool { return a.Usage == nil },

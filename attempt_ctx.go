@@ -3,6 +3,7 @@ package llmretry
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,11 +22,23 @@ type markKey struct{}
 // cancellation through Value, so no goroutine is started to propagate it.
 type attemptCtx struct {
 	context.Context
-	parent    *attemptCtx // the enclosing chain's attempt, for nested chains
-	retrying  bool        // this attempt or one enclosing it may be retried: nested chains must not retry
-	delivered atomic.Bool // output has reached the caller: never resend
-	stall     *stallTimer // ends the attempt when no output comes; nil without a StallTimeout
-	sent      time.Time   // when the attempt was sent: the send of every rate-limit report it makes
+	parent    *attemptCtx   // the enclosing chain's attempt, for nested chains
+	retrying  bool          // this attempt or one enclosing it may be retried: nested chains must not retry
+	delivered atomic.Bool   // output has reached the caller: never resend
+	output    atomic.Bool   // the attempt has produced output, delivered or not (Delivered, Progress): it is not silent
+	stall     *stallTimer   // ends the attempt when no output comes; nil without a StallTimeout
+	sent      time.Time     // when the attempt was sent: the send of every rate-limit report it makes
+	sink      *sink         // the call's stream, nil when the call does not stream
+	cont      *Continuation // what the attempt continues (Continuing); nil when it begins the answer
+	bare      atomic.Bool   // Delivered was called: text reached the caller that Emit did not see
+
+	emitMu sync.Mutex // guards ended, and orders Emit's pieces
+	ended  bool       // the Call has returned: Emit does nothing more
+
+	textMu    sync.Mutex      // guards text, resume and resumeSet
+	text      strings.Builder // what the attempt handed to Emit, in order
+	resume    any             // the attempt's last SetResume
+	resumeSet bool            // SetResume was called
 
 	limitsMu  sync.Mutex  // guards limits, hasLimits, own and nested
 	limits    limitReport // the freshest rate-limit report of the attempt's responses
@@ -60,6 +73,16 @@ func (s *stallTimer) touch() {
 	s.mu.Unlock()
 }
 
+// hold stops the timer until the next touch: the attempt's output is
+// with the caller, and the backend reads nothing until it is back.
+func (s *stallTimer) hold() {
+	s.mu.Lock()
+	if !s.done {
+		s.t.Stop()
+	}
+	s.mu.Unlock()
+}
+
 // stop stops the timer for good.
 func (s *stallTimer) stop() {
 	s.mu.Lock()
@@ -76,7 +99,9 @@ func (s *stallTimer) stop() {
 // restarts the attempt's [Backend.StallTimeout]. In nested chains it marks
 // every enclosing chain's attempt too, up to a [Standalone] context. With
 // a context that is not an attempt's, Delivered does nothing. It is safe
-// to call from any goroutine, and as often as needed. A hook set with
+// to call from any goroutine, and as often as needed. A backend that
+// hands over text calls [Emit] instead, which marks the attempt as
+// Delivered does and hands the text to the call's stream. A hook set with
 // [OnProgress] hears of each call.
 func Delivered(ctx context.Context) {
 	if ctx == nil {
@@ -88,11 +113,56 @@ func Delivered(ctx context.Context) {
 	}
 	for ; a != nil; a = a.parent {
 		a.delivered.Store(true)
+		a.output.Store(true)
+		// What reached the caller is not known: the call cannot go on
+		// from it.
+		a.bare.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}
 	}
 	progressed(ctx)
+}
+
+// emit marks the attempt and every enclosing one delivered, as Delivered
+// does, and hands text to the call's stream, holding the stall timers
+// while the stream's consumer has it.
+func (a *attemptCtx) emit(text string) {
+	a.emitMu.Lock()
+	defer a.emitMu.Unlock()
+	if a.ended {
+		return
+	}
+	for m := a; m != nil; m = m.parent {
+		m.delivered.Store(true)
+		m.output.Store(true)
+		m.textMu.Lock()
+		m.text.WriteString(text)
+		m.textMu.Unlock()
+		if m.stall != nil {
+			m.stall.hold()
+		}
+	}
+	if a.sink != nil {
+		a.sink.send(Chunk{Text: text})
+	}
+	for m := a; m != nil; m = m.parent {
+		if m.stall != nil {
+			m.stall.touch()
+		}
+	}
+}
+
+// end marks the attempt's Call returned: from now on Emit does nothing,
+// and once end returns no piece is on its way to the stream. It returns
+// what the attempt emitted, and the resume state it left, if it set one.
+func (a *attemptCtx) end() (emitted string, resume any, resumeSet bool) {
+	a.emitMu.Lock()
+	a.ended = true
+	a.emitMu.Unlock()
+	a.textMu.Lock()
+	defer a.textMu.Unlock()
+	return a.text.String(), a.resume, a.resumeSet
 }
 
 // Progress tells the chain that the attempt running under ctx is making
@@ -115,6 +185,7 @@ func Progress(ctx context.Context) {
 		return
 	}
 	for ; a != nil; a = a.parent {
+		a.output.Store(true)
 		if a.stall != nil {
 			a.stall.touch()
 		}
@@ -172,8 +243,9 @@ func (a *attemptCtx) reported() (limitReport, bool) {
 }
 
 // Standalone returns a context under which a Chain runs on its own: it
-// retries by its own policies even inside another chain's attempt, and
-// its [Delivered] calls do not mark the enclosing attempt. Use it for an
+// retries by its own policies even inside another chain's attempt, its
+// [Delivered] calls do not mark the enclosing attempt, and it does not
+// stream to the enclosing call's stream ([WithStream]). Use it for an
 // unrelated chain that a backend calls, such as moderation or embeddings;
 // an LM that wraps an LM should pass its context on unchanged, so that
 // retries do not multiply. Cancellation and deadlines still flow from ctx.
@@ -188,7 +260,10 @@ func Standalone(ctx context.Context) context.Context {
 type standaloneCtx struct{ context.Context }
 
 func (s standaloneCtx) Value(key any) any {
-	if _, ok := key.(markKey); ok {
+	switch key.(type) {
+	case markKey, streamKey:
+		// Neither the enclosing attempt nor the caller's stream is the
+		// unrelated chain's.
 		return nil
 	}
 	return s.Context.Value(key)

@@ -94,6 +94,14 @@ func TestAttemptJSONRoundTrip(t *testing.T) {
 			name: "success",
 			a:    llmretry.Attempt{Backend: 3, Model: "m", Try: 1, Start: start, Elapsed: 2 * time.Second},
 		},
+		{
+			name: "continued",
+			a:    llmretry.Attempt{Backend: 1, Model: "m", Try: 2, Start: start, Delivered: true, ContinuedFrom: 42},
+		},
+		{
+			name: "restarted",
+			a:    llmretry.Attempt{Backend: 0, Model: "m", Try: 3, Kind: llmretry.KindTransient, Err: errors.New("cut"), Start: start, Restarted: true},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,6 +164,17 @@ func TestAttemptJSONKeys(t *testing.T) {
 		t.Errorf("json.Marshal() = %s\n(-want +got):\n%s", data, diff)
 	}
 
+	t.Run("continuation", func(t *testing.T) {
+		b := a
+		b.ContinuedFrom, b.Restarted = 42, true
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatalf("json.Marshal() error = %v", err)
+		}
+		if !bytes.Contains(data, []byte(`"continued_from":42,"restarted":true`)) {
+			t.Errorf("json.Marshal() = %s, want continued_from 42 and restarted true", data)
+		}
+	})
 	t.Run("raw_text_nil_omitted", func(t *testing.T) {
 		b := a
 		b.RawText = nil

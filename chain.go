@@ -76,7 +76,8 @@ type Policy struct {
 	// with one, the last wait repeats while Reserve still fits. A zero last
 	// wait does not repeat, and a positive one shorter than a second
 	// repeats at a second: repeats that fast would be a request storm.
-	// Empty means no retries, and then the other fields must be zero.
+	// Empty means no retries, and then the other fields must be zero,
+	// FailOverSilent excepted.
 	Waits []time.Duration
 	// Reserve is the time that must remain before the context's deadline
 	// after a wait, or the wait is not taken and the backend gives up.
@@ -99,6 +100,20 @@ type Policy struct {
 	// under a deadline. 0 means no cap beyond the other rules; negative
 	// is a configuration error.
 	MaxTries int
+	// FailOverSilent makes an attempt that timed out before any output
+	// (no [Delivered] or [Progress] call: a provider that took the request
+	// and never answered, or whose first token came later than the
+	// backend's StallTimeout) fail over to the next backend at once, with
+	// Why [WhySilent], instead of being retried: a silent backend costs
+	// the call one try, not its waits and MaxTries. On the last backend
+	// the call can try it changes nothing, and that backend is retried as
+	// the other fields say. Bound the time to first output with
+	// [Backend.StallTimeout], which counts from the attempt's start to its
+	// first output. A plain (not streaming) request has no output before
+	// its answer, so with it set every timed-out attempt fails over. It
+	// needs no Waits: without them a timed-out attempt fails over anyway,
+	// and its record then says why it was silent.
+	FailOverSilent bool
 }
 
 // Backend is one model in a [Chain]: how to call it and how hard to retry
@@ -157,6 +172,15 @@ type Backend[Req, Resp any] struct {
 	// context.Canceled, since a stall is not a deadline, and a failure is
 	// recorded as timeout whatever error the Call returns. 0 means none.
 	StallTimeout time.Duration
+	// CanContinue, when set, reports whether the backend can go on with
+	// an answer from c, what the caller already holds of it
+	// ([Chain.Continue]); nil means it cannot. It is asked before each
+	// request the chain would send to continue an answer, and its Call
+	// then reads c with [Continuing]. A backend that learns it cannot,
+	// such as a model that refuses an assistant prefill, fails that
+	// attempt with [ErrCannotContinue] and says no from then on. The
+	// adapters under contrib/ set it for the backends that can continue.
+	CanContinue func(c Continuation) bool
 	// Breaker, when set, is the backend's health shared across calls: while
 	// it is open, calls skip the backend instead of spending their own
 	// retries on it, and a retry-after hint is the wait itself rather than
@@ -270,6 +294,34 @@ type Chain[Req, Resp any] struct {
 	// cut]". 0 means DefaultMaxRawText; negative means no limit. The
 	// backend's own Failure keeps its RawText whole.
 	MaxRawText int
+	// Continue lets a call go on when an attempt fails after it
+	// delivered part of the answer ([Emit]): a stream cut, stalled,
+	// garbled or ended by an error inside it. By default the call stops
+	// there (Why [WhyDelivered]), since resending would deliver the
+	// answer twice. With Continue, it goes on by the usual rules, the
+	// same backend's retry or the next backend, but only to a backend
+	// whose [Backend.CanContinue] says it can continue from what the
+	// caller holds: that attempt is told the text already delivered
+	// ([Continuing]) and hands only what follows to the caller, and a
+	// backend that cannot is passed over (Why [WhyCannotContinue]). Where
+	// none can, the call stops as it would without Continue, or starts
+	// again with Restart. Each attempt's record says how many bytes it
+	// continued from (Attempt.ContinuedFrom), and the answer returned is
+	// always whole. An attempt that was truncated or refused after
+	// delivering ends the call: its answer ended for a reason about it. A
+	// backend that hands text over with [Delivered] alone cannot be
+	// continued, since what the caller holds is not known; nor is a
+	// nested chain's, whose enclosing chain decides.
+	Continue bool
+	// Restart lets a call whose caller holds part of an answer that no
+	// remaining backend can continue (or any, without Continue) start the
+	// answer again: the call's stream ([WithStream], [Chain.Stream]) is
+	// sent a [Chunk] with Restart set, to discard what it holds, and the
+	// next attempt streams a whole new answer (Attempt.Restarted). It
+	// takes a call that streams: a backend's own consumer, such as
+	// openairetry's emit, is not told, and without a stream the call stops
+	// as it would without Restart.
+	Restart bool
 	// FailOverRefused makes an attempt the provider refused for its
 	// content ([KindRefused]) fail over to the next backend. By default
 	// it ends the chain with the provider's reason (Why "refused"): one
@@ -456,7 +508,10 @@ func (c *Chain[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 		}
 		r.plan = r.plan.next(bi, l)
 	}
-	// Not reached: the plan's last backend always ends the call.
+	// Reached only when the caller holds part of an answer that no
+	// backend left could continue after all (see prepare): the call
+	// stops with the records it has.
+	r.keep("")
 	return zero, r.fail(ctx.Err(), context.Cause(ctx))
 }
 
@@ -474,6 +529,17 @@ type run[Req, Resp any] struct {
 	// carried out its decision (or the caller's context cut it short).
 	pending Attempt
 	handed  bool
+
+	// The call's stream, and what the caller holds of the answer, for
+	// Continue and Restart.
+	sink       *sink         // the call's stream (WithStream), nil when it does not stream
+	held       string        // the text delivered since the answer last began
+	bare       bool          // text reached the caller past Emit: what it holds is not known
+	resume     any           // the resume state of the last attempt that set one (SetResume)
+	resumeOf   int           // the backend whose attempt set resume
+	cannot     []int         // backends that refused a continuation in this call
+	cont       *Continuation // what the next request continues, set by prepare
+	restarting bool          // the next request sent begins the answer again
 }
 
 // reportUsageUp adds what this call cost, every attempt it made (answer
@@ -501,6 +567,7 @@ func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
 	r.nested = r.parent != nil && r.parent.retrying
+	r.sink = sinkOf(ctx)
 	return r
 }
 
@@ -540,6 +607,12 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 				line = nil
 			}
 			target, chosen = next, c
+		}
+		if !r.prepare(bi) {
+			// The caller holds part of the answer, which this backend
+			// cannot continue: not sent.
+			target.Breaker.leave(line, r.deadline())
+			return resp, left{why: WhyCannotContinue}, nil, false
 		}
 		c := target.cost(req)
 		t, skip, ok := r.admit(target, bi, try, line, c)
@@ -608,6 +681,13 @@ type ended struct {
 	own       bool        // the backend's Timeout or StallTimeout ended the attempt
 	limits    limitReport // the attempt's freshest rate-limit report, from ReportLimits or its Failure
 	hasLimits bool        // limits holds one
+
+	// What the attempt did that the caller saw.
+	output    bool   // the attempt produced output (Delivered or Progress) before it ended
+	emitted   string // the text the attempt handed to Emit
+	bare      bool   // the attempt called Delivered: text reached the caller past Emit
+	resume    any    // the attempt's last SetResume, when resumeSet
+	resumeSet bool
 }
 
 // attempt sends try number try to backend b and tells its breaker, if it
@@ -652,16 +732,25 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 			ctx = hc
 		}
 	}
-	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0}
+	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0, sink: r.sink, cont: r.cont}
 	start := r.now()
 	mark.sent = start
 	resp, err, own := b.callLimited(mark, req)
+	emitted, resume, resumeSet := mark.end()
 	elapsed := time.Since(start)
-	end := ended{at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own}
+	end := ended{
+		at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load(),
+		emitted: emitted, bare: mark.bare.Load(), resume: resume, resumeSet: resumeSet,
+	}
 	a := Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
-		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(),
+		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(), Restarted: r.restarting,
 	}
+	if r.cont != nil {
+		a.ContinuedFrom = len(r.cont.Text)
+	}
+	r.cont, r.restarting = nil, false
+	r.took(bi, end)
 	if b.Breaker != nil {
 		end.limits, end.hasLimits = mark.reported()
 	}
@@ -994,22 +1083,42 @@ type decision struct {
 // as end says; try is the number by which b's policy reads its next wait
 // (a.Try, but for a pool: see poolRun.try).
 func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended, try int) decision {
+	d := r.decideUsual(b, a, end, try)
+	if r.holds() && r.mayRecover() && d.why != WhyDelivered && d.why != WhyCancelled && d.why != WhyDeadline {
+		d = r.recover(b, a, end, d)
+	}
+	return d
+}
+
+// decideUsual decides what follows failed attempt a of backend b by the
+// rules for an answer the caller holds nothing of; one it holds part of
+// ends the call, unless the call may go on from it (recover).
+func (r *run[Req, Resp]) decideUsual(b *Backend[Req, Resp], a Attempt, end ended, try int) decision {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
 		why = WhyCancelled
 	case end.ctxErr != nil:
 		why = WhyDeadline
-	case a.Delivered:
+	case r.holds() && (!r.mayRecover() || a.Kind == KindTruncated || a.Kind == KindRefused):
 		// The caller already holds part of this answer: resending would
-		// duplicate it, and so would another backend.
+		// duplicate it, and so would another backend; and an answer that
+		// hit its budget or was refused ended for a reason about it.
 		why = WhyDelivered
+	case a.ContinuedFrom > 0 && errors.Is(a.Err, ErrCannotContinue):
+		// The backend refused to continue: recover takes the call on.
+		why = WhyCannotContinue
 	case a.Kind == KindRefused && !r.c.FailOverRefused:
 		why = WhyRefused
 	case !a.Kind.Retryable():
 		why = WhyNotRetryable
 	case r.nested:
 		why = WhyNested
+	case a.Kind == KindTimeout && !end.output && b.Retry.FailOverSilent && !r.plan.last(a.Kind):
+		// Silent from its start to its end: the same backend is likely
+		// silent again, and the caller is waiting. Another backend may
+		// not be.
+		why = WhySilent
 	default:
 		var w time.Duration
 		w, why = r.nextWait(b, try, a.Try, a.RetryAfter, end.at)

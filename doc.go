@@ -55,12 +55,16 @@
 //
 // # Streaming and nesting
 //
-// A Call that streams calls [Delivered] with each chunk it hands the
-// caller, or [Progress] with each it holds to answer whole. A chain whose
-// Do runs under an attempt of another chain makes one attempt per backend,
-// so that retries do not multiply, when that attempt's backend has Waits
-// or that chain itself makes one attempt per backend ([Chain.Do]);
-// otherwise, and always under [Standalone], it retries by its own policies.
+// A Call that streams hands its text over with [Emit] (or calls
+// [Delivered]) with each chunk, and calls [Progress] with each it holds to
+// answer whole: delivered output is never sent again, unless
+// [Chain.Continue] lets the call go on from it, or [Chain.Restart] start
+// it again. [WithStream] and [Chain.Stream] stream one call to a consumer
+// of its own. A chain whose Do runs under an attempt of another chain
+// makes one attempt per backend, so that retries do not multiply, when
+// that attempt's backend has Waits or that chain itself makes one attempt
+// per backend ([Chain.Do]); otherwise, and always under [Standalone], it
+// retries by its own policies.
 //
 // # Instrumentation
 //

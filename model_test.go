@@ -623,6 +623,14 @@ func (mc *mcall) backend(b int, revisit, final bool) bool {
 			// has it (and as the model first guessed).
 			return giveUp(llmretry.WhyNested)
 		}
+		if p.FailOverSilent && r.Kind == llmretry.KindTimeout && !res.delivered && !last {
+			// Policy.FailOverSilent: "an attempt that timed out before
+			// any output ... fail[s] over to the next backend at once";
+			// "on the last backend the call can try it changes nothing".
+			// The model's backends make no output but Delivered, which
+			// stops the call before this.
+			return giveUp(llmretry.WhySilent)
+		}
 		w, repeat, why := nextWait(p, try, mc.hasDead)
 		if why != "" {
 			return giveUp(why)

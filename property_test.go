@@ -269,6 +269,9 @@ func generate(seed uint64) *draw {
 				b.policy.Jitter = 1 - r.Float64() // (0, 1]
 			}
 		}
+		if r.IntN(4) == 0 {
+			b.policy.FailOverSilent = true
+		}
 		if r.IntN(5) < 2 {
 			b.timeout = pick(r, msec(300), 2*time.Second, 10*time.Second, 40*time.Second) + timeoutOffset
 		}
@@ -621,6 +624,9 @@ func writeBackends(b *strings.Builder, bs []drawBackend, indent string) {
 	for i, be := range bs {
 		fmt.Fprintf(b, "%sbackend %d %q: waits %v reserve %v max_wait %v max_tries %d jitter %.3f timeout %v stall %v",
 			indent, i, be.model, be.policy.Waits, be.policy.Reserve, be.policy.MaxWait, be.policy.MaxTries, be.policy.Jitter, be.timeout, be.stallTimeout)
+		if be.policy.FailOverSilent {
+			b.WriteString(" fail_over_silent")
+		}
 		if be.breaker != nil {
 			fmt.Fprintf(b, " breaker{failures %d cooldown %v}", be.breaker.failures, be.breaker.cooldown)
 		}

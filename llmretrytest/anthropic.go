@@ -248,11 +248,24 @@ func anthropicStream(x *exchange, st Step) bool {
 			return false
 		}
 	}
+	garble := func() bool {
+		return x.event("content_block_delta", []byte(`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"wor`))
+	}
+	fail := func() bool {
+		errType, _, _, msg := anthropicError(http.StatusOK, StreamError(st.faultType), x.req.Model)
+		return x.event("error", anthropicErrorBody(http.StatusOK, errType, "", "", msg))
+	}
 	for i, text := range texts {
+		if st.breaksAt(i, len(texts)) {
+			return x.broken(st, garble, fail)
+		}
 		delta := anthropicBlockDelta{Type: "content_block_delta", Delta: anthropicDelta{Type: "text_delta", Text: text}}
 		if !x.pause(st, i) || !x.event("content_block_delta", mustJSON(delta)) {
 			return false
 		}
+	}
+	if st.breaksAt(len(texts), len(texts)) {
+		return x.broken(st, garble, fail)
 	}
 	switch st.kind {
 	case kindStreamDrop:

@@ -82,6 +82,33 @@
 // send plays a step: build clients with option.WithMaxRetries(0) when a
 // test counts requests or expects a step to reach the code under test.
 //
+// # Continuation
+//
+// The server continues an answer as providers do: an Anthropic request
+// whose last message is the assistant's (a prefill; one that ends with
+// white space gets Anthropic's 400), and a Chat Completions request whose
+// last, assistant message has "prefix": true or comes with
+// "continue_final_message": true, play the next step of the script as
+// the rest of its answer, after the text given, which [Request].Continues
+// logs; an answer that does not begin with that text gets a 400. A
+// Responses API stream asked for in the background is kept, and GET
+// /v1/responses/{id}?starting_after=N resumes it: logged as a request of
+// its model, it plays that model's next step, streaming the rest of the
+// kept response. [Step.DropAfter], [Step.StallAfter], [Step.GarbleAfter]
+// and [Step.FailAfter] break an answer partway, counting the chunks the
+// request sends, so that a script of one answer broken and then whole
+// tests a client that continues it.
+//
+// # Checking a backend
+//
+// [TestBackend] is a conformance suite for any backend that speaks one of
+// the server's APIs, as testing/fstest.TestFS is for a file system: it
+// plays every fault against the backend in a chain and checks the
+// records against the log. The adapters under contrib/ run it for each of
+// their backends; run it for one of your own. [CheckLog] is its check
+// that a chain's records and the server's log agree, for tests of your
+// own scripts.
+//
 // # Rate limits
 //
 // [Server.Limit] puts a model behind a provider's rate limits: a

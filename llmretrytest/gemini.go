@@ -315,7 +315,17 @@ func geminiStream(x *exchange, st Step) bool {
 	}
 	texts := st.textChunks()
 	finish := geminiFinish(st)
+	garble := func() bool { return x.event("", []byte(`{"candidates":[{"content":{"parts":[{"text":"wor`)) }
+	fail := func() bool {
+		errType, code, param, msg := geminiError(http.StatusOK, StreamError(st.faultType), x.req.Model)
+		return x.event("", geminiErrorBody(statusForType(errType), errType, code, param, msg))
+	}
 	for i, text := range texts {
+		// A break at or past the last chunk comes too late: Gemini's
+		// last chunk carries the end.
+		if st.breaksAt(i, len(texts)) && i < len(texts) {
+			return x.broken(st, garble, fail)
+		}
 		// Every chunk counts the usage so far; the cached tokens are
 		// known from the first, the thoughts once the answer is whole.
 		last := ""

@@ -244,10 +244,23 @@ func openAIStream(x *exchange, st Step) bool {
 		}
 	}
 	texts := st.textChunks()
+	garble := func() bool {
+		return x.event("", []byte(`{"id":"`+openAIID(x)+`","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"wor`))
+	}
+	fail := func() bool {
+		errType, code, param, msg := openAIError(http.StatusOK, StreamError(st.faultType), x.req.Model)
+		return x.event("", mustJSON(openAIErrorJSON{openAIErrorObj(errType, code, param, msg)}))
+	}
 	for i, text := range texts {
+		if st.breaksAt(i, len(texts)) {
+			return x.broken(st, garble, fail)
+		}
 		if !x.pause(st, i) || !x.event("", chunk(openAIDelta{Content: &text}, nil)) {
 			return false
 		}
+	}
+	if st.breaksAt(len(texts), len(texts)) {
+		return x.broken(st, garble, fail)
 	}
 	switch st.kind {
 	case kindStreamDrop:

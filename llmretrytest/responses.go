@@ -112,11 +112,17 @@ type responsesEvent struct {
 	Param   *string `json:"param,omitempty"`
 }
 
+// responsesID is the id of the response x answers with: the request's,
+// or the background response's that x resumes.
 func responsesID(x *exchange) string {
+	if x.resumed != nil {
+		return x.resumed.id
+	}
 	return "resp_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N)
 }
+
 func responsesItemID(x *exchange) string {
-	return "msg_" + idSafe(x.req.Model) + "_" + strconv.Itoa(x.req.N)
+	return "msg_" + strings.TrimPrefix(responsesID(x), "resp_")
 }
 
 // responsesCall is a ToolCall's function_call item, with status and the
@@ -222,11 +228,24 @@ func responsesStream(x *exchange, st Step) bool {
 		}
 	}
 	texts := st.textChunks()
+	garble := func() bool {
+		return x.event("response.output_text.delta", []byte(`{"type":"response.output_text.delta","sequence_number":`+strconv.Itoa(seq)+`,"item_id":"`+id+`","delta":"wor`))
+	}
+	fail := func() bool {
+		errType, _, param, msg := openAIError(http.StatusOK, StreamError(st.faultType), x.req.Model)
+		return send(responsesEvent{Type: "error", Code: &errType, Message: &msg, Param: nullable(param)})
+	}
 	for i, text := range texts {
+		if st.breaksAt(i, len(texts)) {
+			return x.broken(st, garble, fail)
+		}
 		if !x.pause(st, i) || !send(responsesEvent{Type: "response.output_text.delta",
 			ItemID: &id, OutputIndex: &zero, ContentIndex: &zero, Delta: &text, Logprobs: &[]string{}}) {
 			return false
 		}
+	}
+	if st.breaksAt(len(texts), len(texts)) {
+		return x.broken(st, garble, fail)
 	}
 	switch st.kind {
 	case kindStreamDrop:

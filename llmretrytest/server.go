@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,9 @@ type Server struct {
 	log     []Request
 	down    bool
 	limits  map[string]*limiter // by model, as Limit sets them
+	// background holds the Responses API responses run in the
+	// background, by id, for their streams to be resumed.
+	background map[string]*backgroundResponse
 	// now, when set by an in-package test, is the clock the server reads
 	// for Request.Time and its buckets, so refill can be tested in a time
 	// of the test's own; nil is time.Now.
@@ -98,6 +102,13 @@ type Request struct {
 	// [EndlessBody], [Trickle]), whose usage is not logged. A test sums
 	// it to check what its client says the requests cost.
 	Usage *Usage
+	// Continues is the text the request asked the model to continue: an
+	// Anthropic assistant prefill, a Chat Completions assistant message
+	// sent with "prefix": true or with continue_final_message, or, for a
+	// background response resumed after a sequence number, the text its
+	// stream had sent up to it. It is empty for a request that asked for
+	// a new answer.
+	Continues string
 }
 
 // NewServer starts a Server listening on a free port of 127.0.0.1. No
@@ -253,6 +264,11 @@ type exchange struct {
 	requestID    string // the header that carries id
 	includeUsage bool   // OpenAI stream_options.include_usage
 	logged       int    // the index of req in the server's log, for sendingUsage
+
+	continues  string              // the text the request asks to continue; "" for a new answer
+	mismatch   bool                // the scripted answer does not begin with continues
+	background bool                // a Responses API stream run in the background, to be resumed
+	resumed    *backgroundResponse // the background response a resumption streams; nil otherwise
 }
 
 // incoming is the part of a request body the server reads.
@@ -262,6 +278,12 @@ type incoming struct {
 	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	// For continuation: the conversation's messages (Chat Completions,
+	// Anthropic), vLLM's continue_final_message, and the Responses API's
+	// background.
+	Messages             []message `json:"messages"`
+	ContinueFinalMessage bool      `json:"continue_final_message"`
+	Background           bool      `json:"background"`
 }
 
 // handle serves one request. It never panics but with http.ErrAbortHandler,
@@ -279,6 +301,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		ep = &anthropic
 	case r.URL.Path == "/v1/responses":
 		ep = &responsesAPI
+	case strings.HasPrefix(r.URL.Path, "/v1/responses/") && r.Method == http.MethodGet:
+		// A background response's stream, resumed.
+		s.resume(w, r, strings.TrimPrefix(r.URL.Path, "/v1/responses/"))
+		return
 	case isGemini:
 		ep = &gemini
 	default:
@@ -312,18 +338,31 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 
 	x := &exchange{s: s, w: w, ctx: r.Context(), requestID: ep.requestID, includeUsage: in.StreamOptions != nil && in.StreamOptions.IncludeUsage}
+	var problem string // why a continuation is refused
+	if status == 0 {
+		x.continues, problem = continuation(ep, &in)
+		if problem != "" {
+			status = http.StatusBadRequest
+		}
+		x.background = in.Background && in.Stream && ep == &responsesAPI
+	}
 	defer func() { s.traceEvent("end", x.req) }()
 	st, ok := s.arrive(x, ep, in, status, r.Header.Clone())
 	switch {
 	case status != 0:
 		msg := "could not decode the request body as JSON"
 		switch {
+		case problem != "":
+			msg = problem
 		case status == http.StatusRequestEntityTooLarge:
 			msg = "request body larger than " + strconv.Itoa(maxBody) + " bytes"
 		case err == nil && in.Model == "" && json.Valid(body):
 			msg = "model: field required"
 		}
 		writeError(w, ep, nil, status, "", "", "", msg, x.id)
+	case x.mismatch:
+		writeError(w, ep, nil, http.StatusBadRequest, "invalid_request_error", "", "",
+			"llmretrytest: asked to continue text that the scripted answer does not begin with", x.id)
 	case !ok:
 		errType, code, param, msg := ep.errorFor(http.StatusNotFound, Step{}, in.Model)
 		writeError(w, ep, nil, http.StatusNotFound, errType, code, param, msg, x.id)
@@ -360,8 +399,16 @@ func (s *Server) arrive(x *exchange, ep *endpoint, in incoming, status int, h ht
 		}
 		ok = true
 		name = st.String()
+		if x.continues != "" && x.resumed == nil {
+			// The model goes on from the text it was given: the rest of
+			// the scripted answer is what it says.
+			var begins bool
+			if st, begins = st.continuing(x.continues); !begins {
+				x.mismatch, name = true, statusName(http.StatusBadRequest)
+			}
+		}
 	}
-	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h}
+	x.req = Request{Model: in.Model, API: ep.name, Stream: in.Stream, Time: now, N: n, Step: name, Header: h, Continues: x.continues}
 	x.id = "req_" + idSafe(in.Model) + "_" + strconv.Itoa(n)
 	x.logged = len(s.log)
 	s.log = append(s.log, x.req)
@@ -437,6 +484,7 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 		st.kind = kindStreamError // only the Responses API has failed answers
 	}
 	if x.req.Stream {
+		s.keepBackground(x, st)
 		if !ep.stream(x, st) {
 			panic(http.ErrAbortHandler)
 		}
@@ -447,6 +495,20 @@ func (s *Server) play(x *exchange, ep *endpoint, st Step) {
 
 // playJSON answers a request that did not ask for a stream.
 func (s *Server) playJSON(x *exchange, ep *endpoint, st Step) {
+	// An answer that breaks partway breaks a JSON body as the steps that
+	// break a stream do.
+	switch st.fault {
+	case faultDrop:
+		st = st.plain()
+		st.kind = kindStreamDrop
+	case faultStall:
+		st = st.plain()
+		st.kind = kindStreamStall
+	case faultGarble:
+		st.kind = kindMalformed
+	case faultError:
+		st = StreamError(st.faultType)
+	}
 	switch st.kind {
 	case kindStreamError:
 		status := statusForType(st.errType)

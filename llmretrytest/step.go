@@ -58,6 +58,12 @@ type Step struct {
 	after   time.Duration
 	every   time.Duration
 	delay   time.Duration // RetryDelay
+
+	// How an answer breaks partway (DropAfter, StallAfter, GarbleAfter,
+	// FailAfter): after faultAt chunks of its text, as faultType says.
+	fault     faultKind
+	faultAt   int
+	faultType string
 }
 
 // String names the step as the server's log records it in [Request].Step:
@@ -85,9 +91,17 @@ type Step struct {
 //	Trickle(time.Second)     "trickle"
 //	PartialHeaders()         "partial headers"
 //
+//	Answer(text).DropAfter(3)          "answer drop after 3"
+//	Answer(text).StallAfter(3)         "answer stall after 3"
+//	Answer(text).GarbleAfter(3)        "answer garble after 3"
+//	Answer(text).FailAfter(3, "x")     "answer error x after 3"
+//
 // Headers and delays are not part of the name, so a log compares equal
 // whatever the timing of a script.
 func (s Step) String() string {
+	if s.fault != noFault {
+		return s.plain().String() + " " + s.fault.name(s.faultType) + " after " + strconv.Itoa(s.faultAt)
+	}
 	switch s.kind {
 	case kindAnswer:
 		return "answer"

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unicode"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -47,6 +50,12 @@ const provider = "anthropic"
 // fails with a configuration error, rejected and wrapping
 // [llmretry.ErrConfig], that names [MessagesStream] as the way out.
 //
+// In a call that streams ([llmretry.WithStream]) the answer's text
+// reaches the call's stream in one piece, through [llmretry.Emit], as
+// Call returns it. The Backend continues an answer another attempt began
+// to deliver by an assistant prefill, as the package's doc says under
+// Continuation.
+//
 // The caller sets Retry and Timeout on the returned Backend. StallTimeout
 // bounds the whole request here, since nothing reaches the caller before
 // the answer is complete; prefer Timeout. Messages panics if build is nil.
@@ -55,15 +64,18 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 	if build == nil {
 		panic("anthropicretry: Messages with a nil build func")
 	}
+	pf := new(prefill)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model:    model,
-		Provider: provider,
+		Model:       model,
+		Provider:    provider,
+		CanContinue: pf.can,
 		Estimate: func(req Req) llmretry.Usage {
 			params := build(req)
 			return estimate(&params)
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
+			cont := pf.continuing(ctx, &params)
 			timeout, err := requestTimeout(ctx, params)
 			if err != nil {
 				return llmretry.Completion{}, err
@@ -73,9 +85,16 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 				option.WithResponseInto(&resp))
 			reportLimits(ctx, resp)
 			if err != nil {
-				return llmretry.Completion{}, Failure(causeOf(ctx, err))
+				return llmretry.Completion{}, pf.refused(cont, Failure(causeOf(ctx, err)))
 			}
-			return complete(ctx, msg, textOf(msg))
+			text := cont.rest(textOf(msg))
+			c, err := complete(ctx, msg, cont.held, text)
+			if err == nil && (llmretry.Streaming(ctx) || cont.held != "") {
+				// The call streams, or the caller holds the answer's
+				// beginning: it gets the rest, whole.
+				llmretry.Emit(ctx, text)
+			}
+			return c, err
 		},
 	}
 }
@@ -85,16 +104,17 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 // [llmretry.Completion] once the stream has ended properly. Raw is the
 // *anthropic.Message accumulated from the stream.
 //
-// With an emit, every piece of text is handed to emit as it arrives.
-// Before emit sees the first non-empty text, and again before every later
-// piece of text, the Backend calls [llmretry.Delivered], so a failure after
-// the caller has seen text is neither resent nor taken to another backend.
-// Backend.StallTimeout measures the gaps between events in both modes: a
-// long tool call or thinking block that sends no text is alive as long as
-// its events come.
+// With an emit, every piece of text is handed to emit as it arrives; in
+// a call that streams ([llmretry.WithStream], [llmretry.Chain.Stream]),
+// to the call's stream too, emit or not. Every piece goes through
+// [llmretry.Emit], which marks the attempt delivered before the text
+// reaches anyone, so a failure after the caller has seen text is neither
+// resent nor taken to another backend. Backend.StallTimeout measures the
+// gaps between events in every mode: a long tool call or thinking block
+// that sends no text is alive as long as its events come.
 //
-// With a nil emit, the answer is held until it is complete and nothing is
-// delivered: every event the stream brings (text, a tool call's input, a
+// With a nil emit, in a call that does not stream, the answer is held
+// until it is complete and nothing is delivered: every event the stream brings (text, a tool call's input, a
 // thinking block; not the server's pings) is reported with
 // [llmretry.Progress], so Backend.StallTimeout measures the gaps between
 // events, and a stream that breaks off is retried or taken to the next
@@ -113,7 +133,10 @@ func Messages[Req any](client anthropic.Client, model string, build func(Req) an
 // arrived it carries the usage reported so far (see
 // [llmretry.ReportUsage]). Like [Messages], it sends one HTTP request per
 // call, maps stop reasons as Messages does, and model, when not empty,
-// replaces the parameters' Model.
+// replaces the parameters' Model. It continues an answer another attempt
+// began to deliver by an assistant prefill, handing only what follows to
+// emit and the call's stream, as the package's doc says under
+// Continuation.
 //
 // The caller sets Retry, StallTimeout and, as an upper bound on a whole
 // answer, Timeout on the returned Backend. MessagesStream panics if build
@@ -123,16 +146,23 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 	if build == nil {
 		panic("anthropicretry: MessagesStream with a nil build func")
 	}
+	pf := new(prefill)
 	return llmretry.Backend[Req, llmretry.Completion]{
-		Model:    model,
-		Provider: provider,
-		Stream:   true,
+		Model:       model,
+		Provider:    provider,
+		Stream:      true,
+		CanContinue: pf.can,
 		Estimate: func(req Req) llmretry.Usage {
 			params := build(req)
 			return estimate(&params)
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepare(build, req, model)
+			cont := pf.continuing(ctx, &params)
+			// The text goes to the caller as it arrives when there is
+			// one to take it: this backend's emit, or the call's stream,
+			// or a caller that holds the answer's beginning.
+			deliver := emit != nil || llmretry.Streaming(ctx) || cont.held != ""
 			// A request timeout of 0 overrides one set on the client: it
 			// would cut a healthy stream that outlasts it, and timing
 			// streams is the Backend's job.
@@ -154,7 +184,7 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 				if billed {
 					llmretry.ReportUsage(ctx, usageOf(msg.Usage))
 				}
-				return llmretry.Completion{}, partial(err, text.String())
+				return llmretry.Completion{}, pf.refused(cont, partial(err, text.String()))
 			}
 			for stream.Next() {
 				ev := stream.Current()
@@ -169,16 +199,22 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 				case "message_start":
 					billed = true
 				case "content_block_delta":
-					if ev.Delta.Type != "text_delta" || ev.Delta.Text == "" {
+					if ev.Delta.Type != "text_delta" {
 						continue
 					}
-					text.WriteString(ev.Delta.Text)
-					if emit != nil {
-						// Mark before handing over: once the caller may
-						// hold the text, the attempt must never be sent
-						// again.
-						llmretry.Delivered(ctx)
-						emit(req, ev.Delta.Text)
+					delta := cont.rest(ev.Delta.Text)
+					if delta == "" {
+						continue
+					}
+					text.WriteString(delta)
+					if deliver {
+						// Emit marks the attempt before the text reaches
+						// anyone: once the caller may hold it, the
+						// attempt must never be sent again as it was.
+						llmretry.Emit(ctx, delta)
+						if emit != nil {
+							emit(req, delta)
+						}
 					}
 				case "message_delta":
 					if msg.StopReason == "" {
@@ -188,11 +224,11 @@ func MessagesStream[Req any](client anthropic.Client, model string, build func(R
 					// and it carries nothing. Finish the message as it
 					// would, so Raw's JSON holds the streamed content.
 					_ = msg.Accumulate(anthropic.MessageStreamEventUnion{Type: "message_stop"})
-					return complete(ctx, &msg, text.String())
+					return complete(ctx, &msg, cont.held, text.String())
 				case "message_stop":
 					// message_stop without a stop_reason before it:
 					// complete calls that cut short.
-					return complete(ctx, &msg, text.String())
+					return complete(ctx, &msg, cont.held, text.String())
 				}
 			}
 			if err := stream.Err(); err != nil {
@@ -332,11 +368,15 @@ func usesTool(msg *anthropic.Message) bool {
 }
 
 // complete turns a finished message into the chain's answer, or into the
-// failure it stands for. text is the message's text. An answer's usage is
-// reported to the attempt under ctx; a failure carries its own, since a
-// cut, refused or unusable answer is billed all the same.
-func complete(ctx context.Context, msg *anthropic.Message, text string) (llmretry.Completion, error) {
+// failure it stands for. text is the message's text, and held the answer
+// the caller held before it, which it continues: the answer's Text is
+// both, whole, and a failure keeps text alone, the attempt's own output.
+// An answer's usage is reported to the attempt under ctx; a failure
+// carries its own, since a cut, refused or unusable answer is billed all
+// the same.
+func complete(ctx context.Context, msg *anthropic.Message, held, text string) (llmretry.Completion, error) {
 	usage := usageOf(msg.Usage)
+	whole := held + text
 	var f *llmretry.Failure
 	switch msg.StopReason {
 	case "":
@@ -353,7 +393,7 @@ func complete(ctx context.Context, msg *anthropic.Message, text string) (llmretr
 		// may see it.
 		f = llmretry.Refusal("stop_reason refusal")
 	default:
-		if text == "" && !usesTool(msg) {
+		if whole == "" && !usesTool(msg) {
 			// Nothing the caller could use; another sample may differ.
 			f = llmretry.ParseFailure(text, errors.New("anthropicretry: answer has no text and no tool use (stop_reason "+string(msg.StopReason)+")"))
 		}
@@ -369,7 +409,7 @@ func complete(ctx context.Context, msg *anthropic.Message, text string) (llmretr
 	return llmretry.Completion{
 		ID:           msg.ID,
 		Model:        string(msg.Model),
-		Text:         text,
+		Text:         whole,
 		StopReason:   string(msg.StopReason),
 		InputTokens:  msg.Usage.InputTokens,
 		OutputTokens: msg.Usage.OutputTokens,
@@ -521,4 +561,64 @@ func (e *apiError) Unwrap() error { return e.err }
 // oneLine keeps a provider's message to one line, as our errors are.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// prefill is how a Backend of this package continues an answer the
+// caller holds part of: by an assistant prefill, the held text sent as
+// the conversation's last, assistant message, which Claude goes on from.
+// A model that refuses a prefill (a 4xx to the request that carried it)
+// is not sent another: it is learned once per Backend.
+type prefill struct {
+	refusedOnce atomic.Bool
+}
+
+// can is the Backend's CanContinue: yes, until a prefill was refused.
+func (p *prefill) can(llmretry.Continuation) bool { return !p.refusedOnce.Load() }
+
+// continuing adds the prefill to params when the attempt under ctx
+// continues an answer, and returns what the attempt continues from.
+func (p *prefill) continuing(ctx context.Context, params *anthropic.MessageNewParams) continued {
+	c, ok := llmretry.Continuing(ctx)
+	if !ok || c.Text == "" {
+		return continued{}
+	}
+	// Anthropic refuses a prefill that ends with white space: the model's
+	// continuation begins with it instead, and the caller has it.
+	text := strings.TrimRightFunc(c.Text, unicode.IsSpace)
+	params.Messages = append(slices.Clip(params.Messages), anthropic.NewAssistantMessage(anthropic.NewTextBlock(text)))
+	return continued{held: c.Text, skipSpace: text != c.Text}
+}
+
+// refused is err, the failure of an attempt that continued as c, marked
+// with [llmretry.ErrCannotContinue] when the provider refused the
+// request for its prefill (a 4xx other than a 429); the Backend then
+// sends no more prefills.
+func (p *prefill) refused(c continued, err error) error {
+	var f *llmretry.Failure
+	if c.held == "" || !errors.As(err, &f) || f.Status < 400 || f.Status > 499 || f.Status == http.StatusTooManyRequests {
+		return err
+	}
+	p.refusedOnce.Store(true)
+	f.Err = fmt.Errorf("%w (%w)", f.Err, llmretry.ErrCannotContinue)
+	return err
+}
+
+// continued is what an attempt continues from: the text the caller
+// holds, "" for a new answer, and whether the model's continuation
+// begins with white space the caller already has.
+type continued struct {
+	held      string
+	skipSpace bool
+}
+
+// rest is delta, a piece of the model's text, less the white space the
+// caller already has: the leading white space of the continuation, up to
+// its first other character.
+func (c *continued) rest(delta string) string {
+	if !c.skipSpace {
+		return delta
+	}
+	delta = strings.TrimLeftFunc(delta, unicode.IsSpace)
+	c.skipSpace = delta == ""
+	return delta
 }

@@ -134,14 +134,30 @@
 // A stream counts as an answer once its message_delta brings a
 // stop_reason; the Backend does not wait for message_stop. One that is
 // cut, garbled or ends cleanly before that is a transient failure whose
-// record keeps the text received so far. With an emit, the first text
-// that reaches the caller marks the attempt with [llmretry.Delivered], so
-// a failure after that is returned at once rather than sent again or
-// taken to the next backend. With a nil emit the answer is held until it
-// is whole and each event is reported with [llmretry.Progress] instead:
+// record keeps the text received so far. With an emit, or in a call that
+// streams to a consumer of its own ([llmretry.WithStream],
+// [llmretry.Chain.Stream]), the text goes through [llmretry.Emit], which
+// marks the attempt delivered before the first text reaches the caller,
+// so a failure after that is returned at once rather than sent again or
+// taken to the next backend. Otherwise the answer is held until it is
+// whole and each event is reported with [llmretry.Progress] instead:
 // Backend.StallTimeout still cuts a stream that goes quiet, and a stream
 // that breaks is retried or taken to the next backend, since nobody has
 // seen its text.
+//
+// # Continuation
+//
+// Both Backends can continue an answer the caller holds part of
+// ([llmretry.Chain].Continue): an attempt told to ([llmretry.Continuing])
+// sends the text as an assistant prefill, the conversation's last
+// message, without its trailing white space, which Anthropic refuses
+// there; it leaves out the white space the model's continuation begins
+// with, which the caller has, hands the rest to [llmretry.Emit] and
+// answers with the whole text. A model that does not take a prefill (a
+// 4xx other than a 429 to the request that carried it) fails that
+// attempt with [llmretry.ErrCannotContinue], and its Backend sends no
+// prefill again: the chain goes on to a backend that can, or starts the
+// answer again.
 //
 // # Telemetry
 //

@@ -53,7 +53,7 @@ func TestBufferedStreamCutIsResent(t *testing.T) {
 			if raw := records[0].RawText; raw == nil || *raw != "chunk1 chunk2 " {
 				t.Errorf("cut stream's RawText = %v, want %q", raw, "chunk1 chunk2 ")
 			}
-			matchLog(t, records, err, srv)
+			llmretrytest.CheckLog(t, records, err, srv)
 		})
 	}
 }
@@ -207,5 +207,5 @@ func TestMalformedFirstEventNamed(t *testing.T) {
 	if msg := records[0].Err.Error(); !strings.Contains(msg, "anthropicretry: malformed stream event") {
 		t.Errorf("record's error = %q, want it to name the malformed event", msg)
 	}
-	matchLog(t, records, err, srv)
+	llmretrytest.CheckLog(t, records, err, srv)
 }

@@ -108,12 +108,18 @@
 //
 // A stream counts as an answer once a chunk carries a finishReason; one
 // that is cut, or ends before that, is a transient failure whose record
-// keeps the text received so far. With an emit callback, the attempt is
-// marked with [llmretry.Delivered] before the first text reaches the
-// caller, so a failure after that is returned at once rather than sent
-// again or taken to the next backend. With a nil emit the answer is held
-// whole and each chunk only reports [llmretry.Progress]: a stream that
+// keeps the text received so far. With an emit callback, or in a call
+// that streams to a consumer of its own ([llmretry.WithStream],
+// [llmretry.Chain.Stream]), the text goes through [llmretry.Emit], which
+// marks the attempt delivered before the first text reaches the caller,
+// so a failure after that is returned at once rather than sent again or
+// taken to the next backend. Otherwise the answer is held whole and each
+// chunk only reports [llmretry.Progress]: a stream that
 // breaks is retried or failed over, as nothing of it reached the caller.
+//
+// The Gemini API has no way to continue an answer from text the caller
+// holds, so the Backends cannot ([llmretry.Chain].Continue passes them
+// over); a chain with Restart starts such an answer again instead.
 //
 // # Telemetry
 //

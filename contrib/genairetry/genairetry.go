@@ -31,6 +31,10 @@ import (
 // finishReason a transient failure. Usage is reported from usageMetadata
 // ([llmretry.ReportUsage]).
 //
+// In a call that streams ([llmretry.WithStream]) the answer's text
+// reaches the call's stream in one piece, through [llmretry.Emit], as
+// Call returns it.
+//
 // The caller sets Retry and Timeout on the returned Backend. StallTimeout
 // bounds the whole request here, since nothing reaches the caller before
 // the answer is complete; prefer Timeout. GenerateContent panics if
@@ -54,7 +58,12 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 			if u != nil {
 				llmretry.ReportUsage(ctx, *u)
 			}
-			return complete(resp, model, textOf(candidate(resp)), u)
+			c, err := complete(resp, model, textOf(candidate(resp)), u)
+			if err == nil && llmretry.Streaming(ctx) {
+				// The call streams: its stream has the answer too, whole.
+				llmretry.Emit(ctx, c.Text)
+			}
+			return c, err
 		},
 	}
 }
@@ -65,11 +74,14 @@ func GenerateContent[Req any](client *genai.Client, model string, build func(Req
 // Raw is a *genai.GenerateContentResponse: the last chunk, with the parts
 // of every chunk in its candidate.
 //
-// With an emit, every piece of text is handed to emit as it arrives, and
-// before each one the Backend calls [llmretry.Delivered], so a failure
-// after the caller has seen text is neither resent nor taken to another
-// backend. With a nil emit the answer is held until it is complete and
-// every chunk calls [llmretry.Progress] instead: the caller has seen
+// With an emit, every piece of text is handed to emit as it arrives; in
+// a call that streams ([llmretry.WithStream], [llmretry.Chain.Stream]),
+// to the call's stream too, emit or not. Every piece goes through
+// [llmretry.Emit], which marks the attempt delivered before the text
+// reaches anyone, so a failure after the caller has seen text is neither
+// resent nor taken to another backend. With a nil emit, in a call that
+// does not stream, the answer is held until it is complete and every
+// chunk calls [llmretry.Progress] instead: the caller has seen
 // nothing, so a stream that breaks is retried or failed over like any
 // failed request. Either way Backend.StallTimeout measures the gaps
 // between chunks; a chunk without text (a thought, a function call)
@@ -98,6 +110,9 @@ func GenerateContentStream[Req any](client *genai.Client, model string, build fu
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			contents, config := build(req)
 			sctx, seen := watch(ctx)
+			// The text goes to the caller as it arrives when there is
+			// one to take it: this backend's emit, or the call's stream.
+			deliver := emit != nil || llmretry.Streaming(ctx)
 			var (
 				text     strings.Builder
 				parts    []*genai.Part
@@ -126,12 +141,15 @@ func GenerateContentStream[Req any](client *genai.Client, model string, build fu
 					parts = append(parts, cand.Content.Parts...)
 				}
 				switch {
-				case delta != "" && emit != nil:
+				case delta != "" && deliver:
 					text.WriteString(delta)
-					// Mark before handing over: once the caller may hold
-					// the text, the attempt must never be sent again.
-					llmretry.Delivered(ctx)
-					emit(req, delta)
+					// Emit marks the attempt before the text reaches
+					// anyone: once the caller may hold it, the attempt
+					// must never be sent again as it was.
+					llmretry.Emit(ctx, delta)
+					if emit != nil {
+						emit(req, delta)
+					}
 				default:
 					text.WriteString(delta)
 					llmretry.Progress(ctx)

@@ -1,8 +1,6 @@
 package genairetry_test
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,69 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/llmretrytest"
 )
-
-// A refusal ends the chain with the provider's reason: the next provider
-// is not asked the content Gemini's safety system refused.
-func TestRefusalEndsChain(t *testing.T) {
-	t.Parallel()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t)
-			srv.Script("gemini-a", llmretrytest.Refuse("I will not"))
-			srv.Script("gemini-b", llmretrytest.Answer("from b"))
-			client := newClient(t, srv)
-			_, records, err := run(t.Context(),
-				m.backend(client, "gemini-a", tiny, nil),
-				m.backend(client, "gemini-b", tiny, nil))
-			var ex *llmretry.Exhausted
-			if !errors.As(err, &ex) {
-				t.Fatalf("Do() = %v, want an *llmretry.Exhausted", err)
-			}
-			checkKinds(t, records, "gemini-a refused")
-			why := llmretry.WhyRefused
-			if m.emit {
-				why = llmretry.WhyDelivered // the caller holds the words before the refusal: nothing else could be tried
-			}
-			if got := records[0]; got.Why != why || !strings.Contains(got.Err.Error(), "finishReason SAFETY") {
-				t.Errorf("record why %q, error %q; want %q and the finish reason", got.Why, got.Err, why)
-			}
-			if raw := records[0].RawText; raw == nil || *raw != "I will not" {
-				t.Errorf("refused record's RawText = %v, want the text before the refusal", raw)
-			}
-			if diff := cmp.Diff(&llmretry.Usage{InputTokens: 10, OutputTokens: 3}, records[0].Usage); diff != "" {
-				t.Errorf("refused record's Usage (-want +got):\n%s", diff)
-			}
-			if llmretry.RetryItem(err) {
-				t.Errorf("RetryItem(%v) = true, want false: the same content is refused again", err)
-			}
-			matchLog(t, records, err, srv)
-		})
-	}
-}
-
-// With FailOverRefused the next backend is asked instead.
-func TestRefusalFailsOverWhenAsked(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	srv.Script("gemini-a", llmretrytest.Refuse(""))
-	srv.Script("gemini-b", llmretrytest.Answer("from b"))
-	client := newClient(t, srv)
-	var records []llmretry.Attempt
-	chain := &llmretry.Chain[string, llmretry.Completion]{
-		Backends:        []llmretry.Backend[string, llmretry.Completion]{jsonMode.backend(client, "gemini-a", tiny, nil), jsonMode.backend(client, "gemini-b", tiny, nil)},
-		FailOverRefused: true,
-		OnAttempt:       func(_ context.Context, a llmretry.Attempt) { records = append(records, a) },
-	}
-	answer, err := chain.Do(t.Context(), "Say hello.")
-	if err != nil || answer.Text != "from b" {
-		t.Fatalf("Do() = %q, %v; want b's answer", answer.Text, err)
-	}
-	checkKinds(t, records, "gemini-a refused", "gemini-b ok")
-	matchLog(t, records, err, srv)
-}
 
 // Every reason Gemini gives for blocking content is a refusal, whether
 // it stops the answer (finishReason) or blocks the prompt

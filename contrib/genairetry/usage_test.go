@@ -1,7 +1,6 @@
 package genairetry_test
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/llmretry/llmretry"
-	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // Gemini's usageMetadata reaches the record and the answer, thoughts
@@ -47,32 +45,4 @@ func TestUsageFromUsageMetadata(t *testing.T) {
 			}
 		})
 	}
-}
-
-// The usage of every attempt adds up in the chain's error, and an attempt
-// that saw no response is counted as unknown, not as zero.
-func TestUsageInRecords(t *testing.T) {
-	t.Parallel()
-	srv := newServer(t)
-	srv.Script("gemini-a", llmretrytest.Status(503), llmretrytest.StreamDrop(2), llmretrytest.Hangup())
-	_, records, err := run(t.Context(), bufferedMode.backend(newClient(t, srv), "gemini-a", tiny, nil))
-	var ex *llmretry.Exhausted
-	if !errors.As(err, &ex) {
-		t.Fatalf("Do() = %v, want an *llmretry.Exhausted", err)
-	}
-	var got []*llmretry.Usage
-	for _, a := range records {
-		got = append(got, a.Usage)
-	}
-	// A 503 is not billed and says nothing; the cut stream counted two
-	// output tokens before it broke; the hang-up saw no response.
-	want := []*llmretry.Usage{nil, {InputTokens: 10, OutputTokens: 2}, nil}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("records' Usage (-want +got):\n%s", diff)
-	}
-	total, unknown := llmretry.TotalUsage(ex.Attempts)
-	if total != (llmretry.Usage{InputTokens: 10, OutputTokens: 2}) || unknown != 1 {
-		t.Errorf("TotalUsage() = %+v, %d; want 10 in, 2 out, 1 unknown", total, unknown)
-	}
-	matchLog(t, records, err, srv)
 }

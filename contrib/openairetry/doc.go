@@ -27,14 +27,28 @@
 //
 // A streaming backend reports [llmretry.Progress] for every event it
 // reads, text or not, so StallTimeout cuts a stream that falls silent and
-// never one that is busy, with a tool call say. With an emit it hands the
-// text to it as it arrives, and marks the attempt [llmretry.Delivered]: a
-// failure after that is returned at once, never sent again, since the
-// caller holds part of the answer. With a nil emit it holds the answer
-// and returns it whole, and a stream that breaks is sent again or to the
-// next backend, as a plain request is. Use that for a gateway that
-// answers only once the answer is whole, or a batch job that streams only
-// so that a stall can be cut.
+// never one that is busy, with a tool call say. With an emit, or in a
+// call that streams to a consumer of its own ([llmretry.WithStream],
+// [llmretry.Chain.Stream]), it hands the text over as it arrives through
+// [llmretry.Emit], which marks the attempt delivered: a failure after
+// that is returned at once, never sent again, since the caller holds part
+// of the answer. Otherwise it holds the answer and returns it whole, and
+// a stream that breaks is sent again or to the next backend, as a plain
+// request is. Use that for a gateway that answers only once the answer
+// is whole, or a batch job that streams only so that a stall can be cut.
+//
+// # Continuation
+//
+// A chain that continues an answer cut after text reached the caller
+// ([llmretry.Chain].Continue) needs backends that can. OpenAI's Chat
+// Completions API cannot; [WithPrefix] makes a Chat or ChatStream
+// Backend continue on a server that can, by a prefix ([PrefixFlag] for
+// DeepSeek and Mistral, [ContinueFinalMessage] for vLLM and SGLang) or
+// by replaying the request to a server that answers it the same way
+// ([Replay]). [WithBackground] runs ResponsesStream's requests in the
+// background, so that its own next attempt resumes the response's stream
+// after the last event read. A continued answer is returned whole; only
+// what follows the caller's text is handed over.
 //
 // # Retries
 //

@@ -22,17 +22,22 @@ import (
 
 // TestGateway plays a chain of two openairetry backends as a thin
 // OpenAI-compatible gateway, configured as the docs recommend for an
-// interactive caller (a few short waits, MaxTries, a Reserve, Timeout,
-// StallTimeout for streams, a Breaker per deployment), against sixteen
+// interactive caller (a few short waits, MaxTries, a Reserve, a silent
+// backend failed over at once, StallTimeout for streams and Timeout for
+// plain requests, a Breaker per deployment), against sixteen
 // faults of a primary and a secondary provider, and variants of them.
 // Each fault runs in three rows per API: Chat and ChatStream with a nil
-// emit hold the answer until it is whole (the buffering gateway),
-// ChatStream with an emit passes the text on as it arrives (the
-// streaming gateway); Responses and ResponsesStream the same, for the
-// faults llmretrytest plays in both APIs. Every row must end each
-// fault in a pass or, where text already reached the client, in a safe
-// error: no text sent twice, no fault retried without bound, and the
-// records agree with the requests the providers logged.
+// emit hold the answer until it is whole (the buffering gateway); the
+// streaming gateway streams each call to its client (WithStream) through
+// ChatStream replayed after a cut (WithPrefix, Replay), a chain that continues an
+// answer cut after text (Chain.Continue), and no restarts, which an
+// OpenAI client could not follow; Responses and ResponsesStream the same,
+// the latter run in the background (WithBackground) so that its stream
+// resumes, for the faults llmretrytest plays in both APIs. Every row must
+// end each fault in a pass or, where text already reached the client and
+// cannot be continued, in a safe error: no text sent twice, no fault
+// retried without bound, and the records agree with the requests the
+// providers logged.
 func TestGateway(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -44,8 +49,9 @@ func TestGateway(t *testing.T) {
 		calls int
 		// held is the outcome when the gateway holds the answer (Chat,
 		// and ChatStream with a nil emit); plain, when set, replaces it
-		// for Chat alone; streamed for ChatStream with an emit.
-		held, plain, streamed *outcome
+		// for Chat alone; streamed for the streaming gateway, and
+		// respStreamed for its Responses row, when they differ.
+		held, plain, streamed, respStreamed *outcome
 		// chatOnly is set for hand-written faults, whose bodies speak
 		// Chat Completions alone.
 		chatOnly bool
@@ -121,19 +127,22 @@ func TestGateway(t *testing.T) {
 		{
 			name: "no_response",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, llmretrytest.StallHeaders(), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, llmretrytest.StallHeaders(), answerStep), scripted(t, secondaryModel, answerStep)
 			},
-			// StallTimeout (Timeout, for Chat) cuts the silent request.
-			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// StallTimeout (Timeout, for Chat) cuts the silent request,
+			// and the silent primary costs one try: the secondary
+			// answers.
+			held: &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 		},
 		{
 			name: "slow_first_token",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, answerStep.After(2*stall), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, answerStep.After(2*stall), answerStep), scripted(t, secondaryModel, answerStep)
 			},
 			// A stream silent past StallTimeout is cut before any text and
-			// sent again; a plain request waits within its Timeout.
-			held:  &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// the secondary answers; a plain request waits within its
+			// Timeout.
+			held:  &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
@@ -142,27 +151,41 @@ func TestGateway(t *testing.T) {
 				return scripted(t, primaryModel, answerStep.After(2*stall)), scripted(t, secondaryModel, answerStep)
 			},
 			// A primary that is always slower than StallTimeout is given
-			// up on after MaxTries, before any text, for the secondary.
-			held:  &outcome{by: secondaryModel, requests: [2]int{3, 1}},
+			// up on after its first try, before any text, for the
+			// secondary.
+			held:  &outcome{by: secondaryModel, requests: [2]int{1, 1}},
 			plain: &outcome{by: primaryModel, requests: [2]int{1, 0}},
 		},
 		{
+			// The client holds three chunks: the gateway goes on from
+			// them, and sends each once.
 			name: "stream_cut_mid_answer",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, llmretrytest.StreamDrop(3), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, answerStep.DropAfter(3), answerStep), scripted(t, secondaryModel)
 			},
 			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
-			// The client holds three chunks: the gateway ends its answer
-			// with an error instead of sending them again.
-			streamed: &outcome{kind: llmretry.KindTransient, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
 		},
 		{
 			name: "stream_stalls",
 			setup: func(t *testing.T) (provider, provider) {
-				return scripted(t, primaryModel, llmretrytest.StreamStall(2), answerStep), scripted(t, secondaryModel)
+				return scripted(t, primaryModel, answerStep.StallAfter(2), answerStep), scripted(t, secondaryModel, answerStep)
 			},
-			held:     &outcome{by: primaryModel, requests: [2]int{2, 0}},
-			streamed: &outcome{kind: llmretry.KindTimeout, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// A plain request's headers came, and then nothing: no
+			// output before its Timeout, so the primary is silent.
+			plain: &outcome{by: secondaryModel, requests: [2]int{1, 1}},
+		},
+		{
+			name: "error_event_mid_answer",
+			setup: func(t *testing.T) (provider, provider) {
+				return scripted(t, primaryModel, answerStep.FailAfter(2, "server_error"), answerStep), scripted(t, secondaryModel)
+			},
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
+			// A background response that failed has nothing to resume,
+			// and the client could not follow a restart: the gateway
+			// ends its answer with an error rather than send the text
+			// again.
+			respStreamed: &outcome{kind: llmretry.KindTransient, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
 		},
 		{
 			name:     "malformed_event_mid_stream",
@@ -173,8 +196,9 @@ func TestGateway(t *testing.T) {
 					play{name: "answer", stream: chatRole + chatHello + chatFinish + chatUsage + chatDone, json: chatAnswer},
 				), scripted(t, secondaryModel)
 			},
-			held:     &outcome{by: primaryModel, requests: [2]int{2, 0}},
-			streamed: &outcome{kind: llmretry.KindTransient, why: llmretry.WhyDelivered, retryItem: true, requests: [2]int{1, 0}},
+			// The client holds "Hello": the replayed request's answer
+			// begins with it, and what follows is sent.
+			held: &outcome{by: primaryModel, requests: [2]int{2, 0}},
 		},
 		{
 			name:     "stream_without_done",
@@ -301,27 +325,25 @@ func TestGateway(t *testing.T) {
 			switch {
 			case r.plain() && tc.plain != nil:
 				want = tc.plain
+			case r == rowRespStreamed && tc.respStreamed != nil:
+				want = tc.respStreamed
 			case r.streamed() && tc.streamed != nil:
 				want = tc.streamed
 			}
 			t.Run(tc.name+"/"+r.String(), func(t *testing.T) {
 				t.Parallel()
 				primary, secondary := tc.setup(t)
-				var cur *deltas // the client's side of the call in progress
-				emit := func(q, delta string) { cur.emit(q, delta) }
-				chain := &llmretry.Chain[string, llmretry.Completion]{Backends: []llmretry.Backend[string, llmretry.Completion]{
-					gatewayBackend(r, primary.client, primaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second}),
-					gatewayBackend(r, secondary.client, secondaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second}),
-				}}
+				chain := gatewayChain(r, primary, secondary)
 				var records []llmretry.Attempt
 				chain.OnAttempt = func(_ context.Context, a llmretry.Attempt) { records = append(records, a) }
 
 				for call := range max(tc.calls, 1) {
-					cur = &deltas{}
+					cur := &deltas{} // the client's side of the call
 					first := len(records)
 					ctx, cancel := context.WithTimeout(t.Context(), callDeadline)
+					if r.streamed() {
+						ctx = llmretry.WithStream(ctx, func(c llmretry.Chunk) { cur.emit("", c.Text) })
+					}
 					answer, err := chain.Do(ctx, "Why is the sky blue?")
 					if ctx.Err() != nil {
 						t.Fatalf("call %d: Do() = %v, want it to end before its deadline", call, err)
@@ -340,15 +362,25 @@ const (
 	secondaryModel = "gpt-secondary"
 
 	// stall is the backends' StallTimeout: short, so that a fault that
-	// falls silent costs the suite little.
-	stall = 200 * time.Millisecond
-	// attemptTimeout is the backends' Timeout: long enough for a slow
-	// first token, short enough that a plain request that gets no
-	// response is cut soon.
-	attemptTimeout = time.Second
+	// falls silent costs the suite little, and long enough that a
+	// healthy stream on a machine loaded by -race and the package's other
+	// tests (the conformance suite's thousands of streams) is not cut.
+	stall = 400 * time.Millisecond
+	// attemptTimeout is the plain backends' Timeout: long enough for a
+	// slow first token (2*stall), short enough that a plain request that
+	// gets no response is cut soon.
+	attemptTimeout = 2 * time.Second
 	// callDeadline bounds each call, as a client's request deadline
 	// does; no fault may run into it.
 	callDeadline = 10 * time.Second
+)
+
+// The gateway's policies, the README's interactive handler's scaled
+// down: a few short waits, MaxTries, a Reserve, and a silent backend
+// failed over after one try.
+var (
+	primaryPolicy   = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second, FailOverSilent: true}
+	secondaryPolicy = llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second, FailOverSilent: true}
 )
 
 var (
@@ -366,10 +398,10 @@ type gatewayRow int
 const (
 	rowPlain        gatewayRow = iota // Chat: one JSON answer
 	rowHeld                           // ChatStream with a nil emit: streamed, held until whole
-	rowStreamed                       // ChatStream with an emit: streamed through to the client
+	rowStreamed                       // ChatStream, each call streamed through to its client, replayed after a cut
 	rowRespPlain                      // Responses
 	rowRespHeld                       // ResponsesStream with a nil emit
-	rowRespStreamed                   // ResponsesStream with an emit
+	rowRespStreamed                   // ResponsesStream in the background, streamed through, resumed after a cut
 )
 
 var allRows = []gatewayRow{rowPlain, rowHeld, rowStreamed, rowRespPlain, rowRespHeld, rowRespStreamed}
@@ -384,10 +416,26 @@ func (r gatewayRow) plain() bool     { return r == rowPlain || r == rowRespPlain
 func (r gatewayRow) streamed() bool  { return r == rowStreamed || r == rowRespStreamed }
 func (r gatewayRow) responses() bool { return r >= rowRespPlain }
 
+// gatewayChain is the gateway's chain of the primary and the secondary,
+// as the README recommends for an interactive handler in row r.
+func gatewayChain(r gatewayRow, primary, secondary provider) *llmretry.Chain[string, llmretry.Completion] {
+	return &llmretry.Chain[string, llmretry.Completion]{
+		Backends: []llmretry.Backend[string, llmretry.Completion]{
+			gatewayBackend(r, primary.client, primaryModel, primaryPolicy),
+			gatewayBackend(r, secondary.client, secondaryModel, secondaryPolicy),
+		},
+		// A streamed answer cut after text goes on from it; the client
+		// speaks OpenAI's stream, which has no restart.
+		Continue: r.streamed(),
+	}
+}
+
 // gatewayBackend is a backend as the docs recommend configuring one for a
-// caller who is waiting: retry policy p, a Timeout per attempt, a
-// StallTimeout for a stream, and a Breaker of its own.
-func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(string, string), p llmretry.Policy) llmretry.Backend[string, llmretry.Completion] {
+// caller who is waiting: retry policy p, a StallTimeout for a stream (its
+// time to first output, and between outputs) and a Timeout for a plain
+// request, a Breaker of its own, and for a stream passed through, the
+// way its server continues an answer.
+func gatewayBackend(r gatewayRow, client openai.Client, model string, p llmretry.Policy) llmretry.Backend[string, llmretry.Completion] {
 	var b llmretry.Backend[string, llmretry.Completion]
 	switch r {
 	case rowPlain:
@@ -396,7 +444,9 @@ func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(
 		b = openairetry.ChatStream(client, model, build, nil)
 		b.StallTimeout = stall
 	case rowStreamed:
-		b = openairetry.ChatStream(client, model, build, emit)
+		// A server whose support of a prefix the gateway does not know:
+		// replayed, and taken up after what the client holds.
+		b = openairetry.WithPrefix(openairetry.ChatStream(client, model, build, nil), openairetry.Replay)
 		b.StallTimeout = stall
 	case rowRespPlain:
 		b = openairetry.Responses(client, model, buildResponses)
@@ -404,11 +454,13 @@ func gatewayBackend(r gatewayRow, client openai.Client, model string, emit func(
 		b = openairetry.ResponsesStream(client, model, buildResponses, nil)
 		b.StallTimeout = stall
 	case rowRespStreamed:
-		b = openairetry.ResponsesStream(client, model, buildResponses, emit)
+		b = openairetry.WithBackground(openairetry.ResponsesStream(client, model, buildResponses, nil))
 		b.StallTimeout = stall
 	}
 	b.Retry = p
-	b.Timeout = attemptTimeout
+	if r.plain() {
+		b.Timeout = attemptTimeout
+	}
 	b.Breaker = &llmretry.Breaker{Failures: 3, Cooldown: time.Minute}
 	return b
 }
@@ -457,10 +509,21 @@ func checkCall(t *testing.T, call int, r gatewayRow, want *outcome, answer llmre
 		if answer.Text == "" || answer.Model != want.by {
 			t.Errorf("call %d: Do() = %q by %q, want an answer with text by %s", call, answer.Text, answer.Model, want.by)
 		}
-		// The client got the answer once, from the one attempt that
-		// delivered it.
-		if r.streamed() && (sent != answer.Text || delivered != 1) {
-			t.Errorf("call %d: client was sent %q by %d attempts, want %q by one", call, sent, delivered, answer.Text)
+		// The client got the answer once: from the one attempt that
+		// delivered it, or from attempts each of which continued what
+		// the client held.
+		if r.streamed() && (sent != answer.Text || delivered == 0) {
+			t.Errorf("call %d: client was sent %q by %d attempts, want %q", call, sent, delivered, answer.Text)
+		}
+		first := true
+		for _, a := range records {
+			if !a.Delivered {
+				continue
+			}
+			if !first && a.ContinuedFrom == 0 {
+				t.Errorf("call %d: record %v delivered without continuing what the client held", call, a)
+			}
+			first = false
 		}
 		return
 	}
@@ -647,45 +710,31 @@ func TestGatewayConcurrentAccounting(t *testing.T) {
 			primary, secondary := scripted(t, primaryModel, unavailable), scripted(t, secondaryModel, answerStep)
 			var (
 				mu      sync.Mutex
-				sent    = map[string]*deltas{}
 				records []llmretry.Attempt
 			)
-			// Each call's emit finds its client by the request, which
-			// names the client.
-			emit := func(q, delta string) {
+			chain := gatewayChain(r, primary, secondary)
+			chain.OnAttempt = func(_ context.Context, a llmretry.Attempt) {
 				mu.Lock()
-				d := sent[q]
-				mu.Unlock()
-				d.emit(q, delta)
-			}
-			chain := &llmretry.Chain[string, llmretry.Completion]{
-				Backends: []llmretry.Backend[string, llmretry.Completion]{
-					gatewayBackend(r, primary.client, primaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}, MaxTries: 3, Reserve: time.Second}),
-					gatewayBackend(r, secondary.client, secondaryModel, emit,
-						llmretry.Policy{Waits: []time.Duration{10 * time.Millisecond}, MaxTries: 2, Reserve: time.Second}),
-				},
-				OnAttempt: func(_ context.Context, a llmretry.Attempt) {
-					mu.Lock()
-					defer mu.Unlock()
-					records = append(records, a)
-				},
+				defer mu.Unlock()
+				records = append(records, a)
 			}
 			var wg sync.WaitGroup
 			for i := range clients {
 				q := "question " + string(rune('a'+i))
-				mu.Lock()
-				sent[q] = &deltas{}
-				mu.Unlock()
 				wg.Go(func() {
 					ctx, cancel := context.WithTimeout(t.Context(), callDeadline)
 					defer cancel()
+					// Each call streams to its own client.
+					var sent deltas
+					if r.streamed() {
+						ctx = llmretry.WithStream(ctx, func(c llmretry.Chunk) { sent.emit(q, c.Text) })
+					}
 					answer, err := chain.Do(ctx, q)
 					if err != nil || answer.Model != secondaryModel {
 						t.Errorf("Do(%q) = %q by %q, %v; want the secondary's answer", q, answer.Text, answer.Model, err)
 						return
 					}
-					if got := strings.Join(sent[q].all(), ""); r.streamed() && got != answer.Text {
+					if got := strings.Join(sent.all(), ""); r.streamed() && got != answer.Text {
 						t.Errorf("Do(%q): client was sent %q, want %q once", q, got, answer.Text)
 					}
 				})

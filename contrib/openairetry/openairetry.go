@@ -41,8 +41,10 @@ const provider = "openai"
 // reason is a transient failure, as a cut stream is. The answer's usage
 // is reported with [llmretry.ReportUsage]; a failed answer carries it as
 // its Failure's Usage. The answer is the
-// first choice; Raw is the *openai.ChatCompletion. Chat panics if build is
-// nil.
+// first choice; Raw is the *openai.ChatCompletion. In a call that streams
+// ([llmretry.WithStream]) the answer's text reaches the call's stream in
+// one piece, through [llmretry.Emit], as Call returns it. Chat panics if
+// build is nil.
 func Chat[Req any](client openai.Client, model string, build func(Req) openai.ChatCompletionNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: Chat with a nil build")
@@ -55,20 +57,43 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 			return chatEstimate(&params)
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
-			params := prepare(build(req), model)
+			params, sp, err := chatContinuation(ctx, prepare(build(req), model))
+			if err != nil {
+				return llmretry.Completion{}, err
+			}
 			var resp *http.Response
 			cc, err := client.Chat.Completions.New(ctx, params,
 				option.WithMaxRetries(0), option.WithResponseInto(&resp))
 			reportLimits(ctx, resp)
 			if err != nil {
-				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
+				return llmretry.Completion{}, refused(ctx, sp.held, callFailure(causeOf(ctx, err), resp), true)
 			}
 			var usage *llmretry.Usage
 			if cc.JSON.Usage.Valid() {
 				usage = chatUsage(&cc.Usage)
 			}
-			return answer(ctx, cc, usage, requestSuffix(resp))
+			text := firstText(cc)
+			if _, err := sp.take(text); err != nil {
+				return llmretry.Completion{}, withUsage(ctx, diverged(ctx, text), usage)
+			}
+			if _, err := sp.end(); err != nil {
+				return llmretry.Completion{}, withUsage(ctx, diverged(ctx, text), usage)
+			}
+			return whole(ctx, sp.held)(answer(ctx, cc, sp.before(), usage, requestSuffix(resp)))
 		},
+	}
+}
+
+// whole returns a function that passes an answer through, handing its
+// text to the call's stream first when the call streams, or when the
+// caller holds held, its beginning: a plain request's answer reaches the
+// caller whole, as it is returned, less what the caller has.
+func whole(ctx context.Context, held string) func(llmretry.Completion, error) (llmretry.Completion, error) {
+	return func(c llmretry.Completion, err error) (llmretry.Completion, error) {
+		if err == nil && (llmretry.Streaming(ctx) || held != "") {
+			llmretry.Emit(ctx, strings.TrimPrefix(c.Text, held))
+		}
+		return c, err
 	}
 }
 
@@ -80,21 +105,22 @@ func Chat[Req any](client openai.Client, model string, build func(Req) openai.Ch
 // the returned Backend.
 //
 // With an emit, every piece of the answer's text is handed to emit as it
-// arrives, with the request it belongs to. Just before it emits the first
-// non-empty piece of text, and again with every later one, Call marks the
-// attempt with [llmretry.Delivered]: from then on a failure is returned
-// at once, neither resent nor passed to the next backend, since the
-// caller already holds part of the answer. Only text is delivered: a
-// stream that sends nothing but tool calls is never marked. In both
-// modes every chunk it reads, text or not, is reported with
-// [llmretry.Progress], which restarts StallTimeout, so StallTimeout
+// arrives, with the request it belongs to; when the call streams
+// ([llmretry.WithStream], [llmretry.Chain.Stream]), to the call's stream
+// too, emit or not. Every piece goes through [llmretry.Emit], which marks
+// the attempt delivered before the text reaches anyone: from then on a
+// failure is returned at once, neither resent nor passed to the next
+// backend, since the caller already holds part of the answer. Only text
+// is delivered: a stream that sends nothing but tool calls is never
+// marked. In every mode each chunk it reads, text or not, is reported
+// with [llmretry.Progress], which restarts StallTimeout, so StallTimeout
 // measures the time without a chunk.
 //
-// With a nil emit, Call holds the answer and returns it whole: progress
-// delivers nothing, so a stream that breaks, stalls or garbles an event
-// partway is sent again, or to the next backend, as a plain request
-// would be. Use it to bound a long answer by its silences
-// rather than by one Timeout.
+// With a nil emit, in a call that does not stream, Call holds the answer
+// and returns it whole: progress delivers nothing, so a stream that
+// breaks, stalls or garbles an event partway is sent again, or to the
+// next backend, as a plain request would be. Use it to bound a long
+// answer by its silences rather than by one Timeout.
 //
 // An error event inside the stream is transient, except an
 // invalid_request_error or insufficient_quota, which is rejected, and a
@@ -124,8 +150,24 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 			return chatEstimate(&params)
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
-			params := prepare(build(req), model)
+			params, sp, err := chatContinuation(ctx, prepare(build(req), model))
+			if err != nil {
+				return llmretry.Completion{}, err
+			}
 			params.StreamOptions.IncludeUsage = openai.Bool(true)
+			// The text goes to the caller as it arrives when there is
+			// one to take it: this backend's emit, or the call's own
+			// stream, or a caller that holds the answer's beginning.
+			deliver := emit != nil || llmretry.Streaming(ctx) || sp.held != ""
+			hand := func(delta string) {
+				// Emit marks the attempt before the text reaches anyone:
+				// once the caller may hold it, the attempt must never be
+				// sent again as it was.
+				llmretry.Emit(ctx, delta)
+				if emit != nil && delta != "" {
+					emit(req, delta)
+				}
+			}
 			// The stream runs under a context of its own, so that one that
 			// has finished its answer can be let go of without waiting for
 			// its last bytes (see usageGrace).
@@ -164,13 +206,14 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 				// the time without a chunk.
 				llmretry.Progress(ctx)
 				for _, choice := range chunk.Choices {
-					if choice.Index != 0 || choice.Delta.Content == "" || emit == nil {
+					if choice.Index != 0 || choice.Delta.Content == "" || !deliver {
 						continue
 					}
-					// Mark before emitting: once the caller may hold the
-					// text, the attempt must never be sent again.
-					llmretry.Delivered(ctx)
-					emit(req, choice.Delta.Content)
+					delta, err := sp.take(choice.Delta.Content)
+					if err != nil {
+						return llmretry.Completion{}, withUsage(ctx, diverged(ctx, firstText(&acc.ChatCompletion)), usage)
+					}
+					hand(delta)
 				}
 				if !finished && len(acc.Choices) > 0 && acc.Choices[0].FinishReason != "" {
 					finished = true
@@ -188,7 +231,7 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 			}
 			text := firstText(&acc.ChatCompletion)
 			if err := stream.Err(); err != nil && !finished {
-				return llmretry.Completion{}, withUsage(ctx, streamFailure(causeOf(ctx, err), resp, text), usage)
+				return llmretry.Completion{}, withUsage(ctx, refused(ctx, sp.held, streamFailure(causeOf(ctx, err), resp, text), true), usage)
 			}
 			if !finished {
 				// A proxy or provider that drops the stream cleanly leaves no
@@ -200,7 +243,14 @@ func ChatStream[Req any](client openai.Client, model string, build func(Req) ope
 				}, text), usage)
 			}
 			cc := acc.ChatCompletion
-			return answer(ctx, &cc, usage, requestSuffix(resp))
+			if deliver {
+				rest, err := sp.end()
+				if err != nil {
+					return llmretry.Completion{}, withUsage(ctx, diverged(ctx, text), usage)
+				}
+				hand(rest)
+			}
+			return answer(ctx, &cc, sp.before(), usage, requestSuffix(resp))
 		},
 	}
 }
@@ -278,14 +328,17 @@ func firstText(cc *openai.ChatCompletion) string {
 
 // answer turns a finished completion into the chain's answer, reporting
 // its usage, or into the failure its first choice stands for, carrying
-// its usage. usage is nil when the provider reported none; suffix names
-// the request in messages, when known.
-func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usage, suffix string) (llmretry.Completion, error) {
+// its usage. held is the text the caller held before it, which the
+// completion continues: the answer's Text is both, whole, and a failure
+// keeps the completion's own text. usage is nil when the provider
+// reported none; suffix names the request in messages, when known.
+func answer(ctx context.Context, cc *openai.ChatCompletion, held string, usage *llmretry.Usage, suffix string) (llmretry.Completion, error) {
 	if len(cc.Choices) == 0 {
 		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure("", errors.New("openairetry: completion has no choices"+suffix)), usage)
 	}
 	choice := &cc.Choices[0]
 	text := choice.Message.Content
+	whole := held + text
 	switch {
 	case choice.FinishReason == "":
 		// Nothing says the answer is whole: the API always names why a
@@ -306,7 +359,7 @@ func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usag
 	}
 	// Sampling differs between tries, so an empty answer is worth another
 	// one; a refusal counts as empty, and its text is kept for the record.
-	if text == "" && len(choice.Message.ToolCalls) == 0 && !legacyFunctionCall(&choice.Message) {
+	if whole == "" && len(choice.Message.ToolCalls) == 0 && !legacyFunctionCall(&choice.Message) {
 		return llmretry.Completion{}, withUsage(ctx, llmretry.ParseFailure(choice.Message.Refusal,
 			errors.New("openairetry: answer has no text and no tool call (finish reason "+strconv.Quote(choice.FinishReason)+")"+suffix)), usage)
 	}
@@ -316,7 +369,7 @@ func answer(ctx context.Context, cc *openai.ChatCompletion, usage *llmretry.Usag
 	return llmretry.Completion{
 		ID:           cc.ID,
 		Model:        cc.Model,
-		Text:         text,
+		Text:         whole,
 		StopReason:   choice.FinishReason,
 		InputTokens:  cc.Usage.PromptTokens,
 		OutputTokens: cc.Usage.CompletionTokens,

@@ -10,6 +10,7 @@ import (
 	"github.com/llmretry/llmretry"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 )
 
@@ -37,8 +38,9 @@ import (
 // (bio_policy, image_content_policy_violation, ...) or content_filter
 // refused, and any other code rejected, since the same input fails the
 // same way. A response still queued or in progress (a background
-// request, which a chain cannot wait for) is a transient failure.
-// Responses panics if build is nil.
+// request, which a chain cannot wait for) is a transient failure. In a
+// call that streams, the answer's text reaches the call's stream whole,
+// as [Chat]'s does. Responses panics if build is nil.
 func Responses[Req any](client openai.Client, model string, build func(Req) responses.ResponseNewParams) llmretry.Backend[Req, llmretry.Completion] {
 	if build == nil {
 		panic("openairetry: Responses with a nil build")
@@ -51,6 +53,11 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 			return responsesEstimate(&params)
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
+			if _, ok := llmretry.Continuing(ctx); ok {
+				// A plain request has no stream to resume, and the
+				// Responses API takes no prefix.
+				return llmretry.Completion{}, cannot(ctx, "with a plain Responses request")
+			}
 			params := prepareResponses(build(req), model)
 			var resp *http.Response
 			r, err := client.Responses.New(ctx, params,
@@ -59,7 +66,7 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 			if err != nil {
 				return llmretry.Completion{}, callFailure(causeOf(ctx, err), resp)
 			}
-			return responseAnswer(ctx, r, "", requestSuffix(resp))
+			return whole(ctx, "")(responseAnswer(ctx, r, "", "", requestSuffix(resp)))
 		},
 	}
 }
@@ -72,13 +79,13 @@ func Responses[Req any](client openai.Client, model string, build func(Req) resp
 // Every event the stream sends, text or not (a tool call's arguments,
 // a reasoning summary, a built-in tool's progress), is reported with
 // [llmretry.Progress], so StallTimeout measures the time without an
-// event: a stream busy calling a tool is not cut. With an emit, each
-// response.output_text.delta is handed to emit as it arrives, and the
-// attempt is marked with [llmretry.Delivered] just before, as
-// [ChatStream] does: from then on a failure ends the chain. With a nil
-// emit, the answer is held and returned whole, and a failure partway is
-// sent again or to the next backend, as [ChatStream] does with a nil
-// emit.
+// event: a stream busy calling a tool is not cut. With an emit, or in a
+// call that streams ([llmretry.WithStream]), each
+// response.output_text.delta is handed to [llmretry.Emit], and to emit,
+// as it arrives, as [ChatStream] does: from then on a failure ends the
+// chain. With a nil emit in a call that does not stream, the answer is
+// held and returned whole, and a failure partway is sent again or to the
+// next backend, as [ChatStream] does.
 //
 // The stream ends at its first response.completed, response.incomplete
 // or response.failed event, whose response is judged as [Responses]
@@ -102,13 +109,36 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 		},
 		Call: func(ctx context.Context, req Req) (llmretry.Completion, error) {
 			params := prepareResponses(build(req), model)
-			var resp *http.Response
-			stream := client.Responses.NewStreaming(ctx, params,
-				option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			background := false
+			if c := continuerOf(ctx); c != nil && c.background {
+				// Run in the background, the response goes on whatever
+				// becomes of this stream, and a retry can read on.
+				params.Background, params.Store = openai.Bool(true), openai.Bool(true)
+				background = true
+			}
+			var (
+				resp   *http.Response
+				stream *ssestream.Stream[responses.ResponseStreamEventUnion]
+				cursor *responseCursor // where the response's stream is, for a retry to resume; nil when it cannot be
+				held   string          // what the caller holds, which a resumed stream goes on from
+			)
+			if cont, ok := llmretry.Continuing(ctx); ok {
+				c, isCursor := cont.Resume.(*responseCursor)
+				if !isCursor {
+					return llmretry.Completion{}, cannot(ctx, "with a new Responses request (only a background response's stream resumes)")
+				}
+				held, cursor = cont.Text, &responseCursor{id: c.id, seq: c.seq}
+				stream = client.Responses.GetStreaming(ctx, c.id, responses.ResponseGetParams{StartingAfter: openai.Int(c.seq)},
+					option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			} else {
+				stream = client.Responses.NewStreaming(ctx, params,
+					option.WithMaxRetries(0), option.WithResponseInto(&resp))
+			}
 			// Close lets the connection go at once when the stream ends at
 			// its terminal event, before the body has.
 			defer stream.Close()
 			reportLimits(ctx, resp)
+			deliver := emit != nil || llmretry.Streaming(ctx) || held != ""
 
 			var text strings.Builder
 			for stream.Next() {
@@ -118,27 +148,42 @@ func ResponsesStream[Req any](client openai.Client, model string, build func(Req
 				// both modes: StallTimeout measures the time without an
 				// event, as it does for ChatStream.
 				llmretry.Progress(ctx)
+				if ev.Type == "response.created" && background {
+					cursor = &responseCursor{id: ev.Response.ID}
+				}
+				if cursor != nil {
+					// Read up to here: a resumption starts after it.
+					cursor = &responseCursor{id: cursor.id, seq: ev.SequenceNumber}
+					llmretry.SetResume(ctx, cursor)
+				}
 				switch ev.Type {
 				case "response.output_text.delta":
 					if ev.Delta == "" {
 						continue
 					}
 					text.WriteString(ev.Delta)
-					if emit != nil {
-						// Mark before emitting: once the caller may hold
-						// the text, the attempt must never be sent again.
-						llmretry.Delivered(ctx)
-						emit(req, ev.Delta)
+					if deliver {
+						// Emit marks the attempt before the text reaches
+						// anyone: once the caller may hold it, the
+						// attempt must never be sent again as it was.
+						llmretry.Emit(ctx, ev.Delta)
+						if emit != nil {
+							emit(req, ev.Delta)
+						}
 					}
 				case "response.completed", "response.incomplete", "response.failed":
 					r := ev.Response
-					return responseAnswer(ctx, &r, text.String(), requestSuffix(resp))
+					return responseAnswer(ctx, &r, held, text.String(), requestSuffix(resp))
 				case "error":
+					// The response failed: nothing of it to resume.
+					llmretry.SetResume(ctx, nil)
 					return llmretry.Completion{}, withText(codeFailure("stream error", ev.Code, ev.Message, resp), text.String())
 				}
 			}
 			if err := stream.Err(); err != nil {
-				return llmretry.Completion{}, streamFailure(causeOf(ctx, err), resp, text.String())
+				// A resumed response the server no longer has is gone
+				// for this answer, not for the Backend.
+				return llmretry.Completion{}, refused(ctx, held, streamFailure(causeOf(ctx, err), resp, text.String()), false)
 			}
 			// Cut cleanly by a proxy or the provider: without its last
 			// event nothing says the answer is whole.
@@ -171,15 +216,23 @@ func responsesUsage(u *responses.ResponseUsage) *llmretry.Usage {
 
 // responseAnswer turns a response as it ended into the chain's answer,
 // reporting its usage, or into the failure its status stands for,
-// carrying its usage. streamed is the text a stream delivered, used when
-// the response itself holds none; suffix names the request in messages.
-func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix string) (llmretry.Completion, error) {
+// carrying its usage. held is the text the caller held of a response
+// whose stream was resumed, streamed the text a stream delivered: the
+// answer's text is the response's own, whole, or held and streamed when
+// it holds none; a failure keeps the attempt's own text, which is
+// streamed when the stream was resumed. suffix names the request in
+// messages.
+func responseAnswer(ctx context.Context, r *responses.Response, held, streamed, suffix string) (llmretry.Completion, error) {
 	var usage *llmretry.Usage
 	if r.JSON.Usage.Valid() {
 		usage = responsesUsage(&r.Usage)
 	}
-	text := r.OutputText()
-	if text == "" {
+	whole := r.OutputText()
+	if whole == "" {
+		whole = held + streamed
+	}
+	text := whole // what a failure keeps: the attempt's own output
+	if held != "" {
 		text = streamed
 	}
 	switch r.Status {
@@ -211,7 +264,7 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 			Err:  errors.New("openairetry: response not finished (status " + strconv.Quote(string(r.Status)) + ")" + suffix),
 		}, text), usage)
 	}
-	if text == "" && !hasFunctionCall(r) {
+	if whole == "" && !hasFunctionCall(r) {
 		// Sampling differs between tries, so an empty answer is worth
 		// another one; a refusal counts as empty, and its text is kept
 		// for the record, as Chat keeps a message's refusal.
@@ -224,7 +277,7 @@ func responseAnswer(ctx context.Context, r *responses.Response, streamed, suffix
 	return llmretry.Completion{
 		ID:           r.ID,
 		Model:        r.Model,
-		Text:         text,
+		Text:         whole,
 		StopReason:   string(r.Status),
 		InputTokens:  r.Usage.InputTokens,
 		OutputTokens: r.Usage.OutputTokens,

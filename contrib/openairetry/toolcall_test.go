@@ -64,39 +64,6 @@ func TestToolCallAnswers(t *testing.T) {
 	}
 }
 
-// A stream that sends nothing but a tool call's arguments, an event
-// every 60ms for longer than StallTimeout in all, is busy, not stalled:
-// with an emit or without, it is answered in one attempt.
-func TestStallTimeoutSparesToolCallStream(t *testing.T) {
-	t.Parallel()
-	const stall = 250 * time.Millisecond
-	for _, m := range []mode{stream, respStream} {
-		for _, emit := range []bool{true, false} {
-			t.Run(m.String()+"/emit_"+strconv.FormatBool(emit), func(t *testing.T) {
-				t.Parallel()
-				srv := newServer(t)
-				// Eight chunks 60ms apart, 420ms in all: past the stall
-				// timeout, though no gap comes near it.
-				srv.Script("gpt-a", llmretrytest.ToolCall("get_weather", weatherArgs).Every(60*time.Millisecond))
-				a := buffered(m, newClient(srv), "gpt-a")
-				if emit {
-					a = backend(m, newClient(srv), "gpt-a", &deltas{})
-				}
-				a.StallTimeout = stall
-
-				_, attempts, err := run(t, a)
-				if err != nil {
-					t.Fatalf("Do() error = %v, want the tool call", err)
-				}
-				want := []row{{Model: "gpt-a", Try: 1, Step: "tool call get_weather", OK: true}}
-				if diff := cmp.Diff(want, joinLog(t, m, attempts, srv)); diff != "" {
-					t.Errorf("records (-want +got):\n%s", diff)
-				}
-			})
-		}
-	}
-}
-
 // sseTransport answers every request with a Responses stream of events,
 // gap apart, in the test's own time: under synctest, the gaps pass in
 // virtual time. The stream ends early, with the request's context's
