@@ -75,16 +75,16 @@ type change struct {
 
 // request is a decision waiting for a sync.
 type request struct {
-	kind     requestKind
-	now      time.Time
-	w        *waiter   // admit: the call's place in line; nil: not in line
-	cost     cost      // admit: what the request is estimated to use
-	start    time.Time // admit: when the call's Do began
-	t        ticket    // observe
-	o        outcome   // observe
-	v        verdict   // admit's answer
-	done     chan struct{}
-	gone     bool // the caller stopped waiting for the answer
+	kind  requestKind
+	now   time.Time
+	w     *waiter   // admit: the call's place in line; nil: not in line
+	cost  cost      // admit: what the request is estimated to use
+	start time.Time // admit: when the call's Do began
+	t     ticket    // observe
+	o     outcome   // observe
+	v     verdict   // admit's answer
+	done  chan struct{}
+	gone  bool // the caller stopped waiting for the answer
 }
 
 type requestKind int
