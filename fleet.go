@@ -807,8 +807,10 @@ func (b *Breaker) linesAhead(start time.Time) ahead {
 var maxTime = time.Unix(1<<62, 0)
 
 // publish writes this process's line, as it stands once d is carried
-// out, into its entry, and drops the entry when it holds nothing. b.mu is
-// held.
+// out, into its entry. An entry that holds nothing stays until its lease
+// runs out, which any process then drops: dropping it at once would cost
+// a write of its own, and with it the count of this process's writes
+// that tells whether a write whose answer was lost landed. b.mu is held.
 func (b *Breaker) publish(now time.Time, d syncDecision) {
 	f := b.fleet
 	head, n := time.Time{}, b.line.waiting()
@@ -830,11 +832,6 @@ func (b *Breaker) publish(now time.Time, d syncDecision) {
 	if !e.Head.Equal(head) || (e.Waiting == 0) != (n == 0) {
 		e.Head, e.Waiting = head, n
 		e.Lease = now.Add(b.lease())
-	}
-	if e.InFlight == 0 && e.Waiting == 0 && len(f.carry) == 0 {
-		// Nothing of this process's is in the state: the entry goes, so
-		// that the state does not grow with the processes that ever ran.
-		f.procs = slices.DeleteFunc(f.procs, func(x procEntry) bool { return x.ID == f.id })
 	}
 }
 
@@ -886,8 +883,6 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 	h := &b.health
 	var next time.Time
 	switch {
-	case now.Before(b.line.gate):
-		next = b.line.gate.Add(time.Duration(ahead) * handOff)
 	case now.Before(h.until):
 		next = h.until
 	case !h.until.IsZero():
@@ -896,13 +891,32 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 		f.listen = true
 		next = f.probeAt
 	default:
-		held, until := b.pacing.hold(now, int64(ahead), w.cost)
+		// The line goes no sooner than the gate, the calls ahead a
+		// handOff apart, and then as pacing lets it: a line that pacing
+		// holds past the gate is not woken at the gate only to load the
+		// state and find that.
+		at := now
+		if now.Before(b.line.gate) {
+			at = b.line.gate.Add(time.Duration(ahead) * handOff)
+		}
+		held, until := b.pacing.hold(at, int64(ahead), w.cost)
 		switch {
+		case (b.NoPacing || !held) && at.After(now):
+			next = at
 		case b.NoPacing || !held:
 			// Others ahead are let go first, a handOff apart.
 			next = now.Add(time.Duration(max(ahead, 1)) * handOff)
 		case !until.IsZero():
+			// The provider admits the next request at until. With other
+			// processes' lines ahead, each of which takes at least one
+			// admission before this line's turn, the turn comes no sooner
+			// than the admissions beyond what until brings, a pace apart:
+			// waking every line at until would load the state once for
+			// each, for one request let through.
 			next = until
+			if extra := int64(others.lines) + 1 - b.pacing.room(until, w.cost); others.lines > 0 && extra > 0 {
+				next = until.Add(time.Duration(extra) * b.pacing.pace())
+			}
 		case ahead == 0:
 			// The fleet's first, waiting for an answer: the provider's
 			// pace says when the next is due.
@@ -915,6 +929,7 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 			// this one ahead of them, and it goes when it wakes.)
 			next = now.Add(time.Duration(max(others.lines, 1)) * b.pacing.pace())
 		}
+		next = later(next, at)
 	}
 	// A process ahead that died holds the line until its lease runs out.
 	next = earliest(next, others.lease)
