@@ -21,7 +21,9 @@ type Deployment[Req, Resp any] struct {
 	// deployment's requests, and its Breaker (required) is the
 	// deployment's health and headroom, shared with every chain that
 	// calls the same deployment (with a Store, under its own Key). Its
-	// Retry is not used: the pool's backend's is.
+	// Retry is not used: the pool's backend's is. Its Pool must be empty:
+	// a deployment is one deployment, and Validate reports a pool within
+	// a pool as an [ErrConfig] error rather than ignore it.
 	Backend Backend[Req, Resp]
 	// Tier orders the deployments by priority: a request goes to a
 	// deployment of a higher tier only when no deployment of a lower one
@@ -187,6 +189,8 @@ func validatePool[Req, Resp any](pool []Deployment[Req, Resp], bad func(string) 
 			return bad(what + " (" + d.Name + "): call is nil")
 		case d.Backend.Breaker == nil:
 			return bad(what + " (" + d.Name + "): breaker is nil: a pool chooses by each deployment's breaker")
+		case len(d.Backend.Pool) > 0:
+			return bad(what + " (" + d.Name + "): has a pool of its own: a deployment is one deployment, and a pool within a pool would never be used")
 		case d.Tier < 0 || d.Weight < 0:
 			return bad(what + " (" + d.Name + "): tier or weight is negative")
 		}

@@ -246,6 +246,7 @@ func TestPoolValidate(t *testing.T) {
 		{"same_name", backend{Pool: []llmretry.Deployment[string, string]{ok(), ok()}}, "deployment 1 (a): another deployment has the same name"},
 		{"no_breaker", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Backend: backend{Call: d.Call}}}}, "deployment 0 (a): breaker is nil"},
 		{"own_call", backend{Call: d.Call, Pool: []llmretry.Deployment[string, string]{ok()}}, "a pool's backend has no call or breaker of its own"},
+		{"pool_in_pool", backend{Pool: []llmretry.Deployment[string, string]{{Name: "inner", Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}, Pool: []llmretry.Deployment[string, string]{ok()}}}}}, "deployment 0 (inner): has a pool of its own"},
 		{"negative_tier", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Tier: -1, Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}}}}}, "tier or weight is negative"},
 	}
 	for _, tc := range tests {
