@@ -206,10 +206,14 @@ type Backend[Req, Resp any] struct {
 	// failure) is decided as for any backend: another deployment would
 	// answer it the same way. When every deployment has failed the request
 	// in turn, Retry decides as for any backend, each of its retries again
-	// going to the best deployment. When no deployment can take the
-	// request now, the pool is skipped like a backend whose breaker is
-	// open, or waited for, when it is the last, on the deployment that
-	// will take it soonest. Every record names its deployment
+	// going to the best deployment. When no deployment can take the request
+	// now, the pool is skipped like a backend whose breaker is open, or,
+	// when it is the last backend the call can try, the request waits for
+	// the deployment that may take it soonest: the one whose Breaker holds
+	// it back the shortest time, counting a pace of its provider's for
+	// each call already waiting in its line, then the one with the fewest
+	// calls waiting for its Weight, then the first in order. Every record of a
+	// pool's requests, skips and waits names its deployment
 	// ([Attempt.Deployment]) and why it was chosen ([Attempt.Chosen]).
 	Pool []Deployment[Req, Resp]
 }
@@ -474,6 +478,10 @@ type run[Req, Resp any] struct {
 	// carried out its decision (or the caller's context cut it short).
 	pending Attempt
 	handed  bool
+
+	// The pool of the backend the call is on, nil when it is none: the
+	// deployment of its records.
+	pool *poolRun[Req, Resp]
 }
 
 // reportUsageUp adds what this call cost, every attempt it made (answer
@@ -518,30 +526,34 @@ func (r *run[Req, Resp]) now() time.Time {
 // final, Do's result.
 func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp Resp, l left, err error, final bool) {
 	var line *waiter // the call's place in its target's breaker's line, from a retry's wait to the next admission
-	var pool *poolRun[Req, Resp]
+	target, c := b, cost{}
 	if len(b.Pool) > 0 {
-		pool = newPoolRun(b, req)
+		// Every record handed from here on names its deployment.
+		r.pool = newPoolRun(b, req)
+		defer func() { r.pool = nil }()
+	} else {
+		c = b.cost(req)
 	}
-	target, chosen := b, choice{}
+	pool := r.pool
 	// A backend come back to goes on with its tries and its waits where
-	// it left them: len(Waits) bounds its retries in the call.
-	for try := sentTo(r.attempts, bi) + 1; ; try++ {
+	// it left them: len(Waits) bounds its retries in the call. A try is
+	// a request sent.
+	for try := sentTo(r.attempts, bi) + 1; ; {
 		if err := r.ctx.Err(); err != nil {
 			target.Breaker.leave(line, r.deadline())
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if pool != nil {
-			next, c := pool.target(r.now())
+			next, nc := pool.target(r.now())
 			if next.Breaker != target.Breaker {
 				// The call's place in line after its wait is in the
 				// breaker it waited for, not in the one chosen now.
 				target.Breaker.leave(line, r.deadline())
 				line = nil
 			}
-			target, chosen = next, c
+			target, c = next, nc
 		}
-		c := target.cost(req)
 		t, skip, ok := r.admit(target, bi, try, line, c)
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
@@ -555,7 +567,6 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if !ok {
-			pool.name(&skip, chosen)
 			r.hand(skip)
 			if skip.Next == NextStop {
 				r.keep("")
@@ -564,9 +575,10 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
 		resp, a, end := r.attempt(target, bi, try, req, t)
-		pool.name(&a, chosen)
+		try++
 		if a.Err == nil {
 			r.keep("")
+			pool.name(&a)
 			r.notify(a)
 			r.reportUsageUp(a.Usage)
 			return resp, l, nil, true
@@ -1165,9 +1177,11 @@ func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision, c cost) (*waite
 }
 
 // hand hands record a to OnAttempt, once Do has decided what follows it.
-// Do keeps it when it carries the decision out (keep).
+// Do keeps it when it carries the decision out (keep). On a pool, the
+// record names the deployment it is of, and why it was chosen.
 func (r *run[Req, Resp]) hand(a Attempt) {
 	r.keep("")
+	r.pool.name(&a)
 	r.pending, r.handed = a, true
 	r.notify(a)
 }

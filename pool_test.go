@@ -314,3 +314,72 @@ func TestEstimateChargedUpFrontAndSettled(t *testing.T) {
 		}
 	})
 }
+
+// Calls that no deployment can take now wait where they will be let
+// through soonest, counting a pace of the provider's for each call
+// already waiting: with a and b both out of requests until the same
+// moment, four waiting calls go a, b, a, b, not all to the first in
+// order, and every record of them names its deployment and says
+// "soonest".
+func TestPoolWaitingCallsSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		// No request left, one more each second.
+		pa.Backend.Call = reporting(da, 10, 0, 10*sec)
+		pb.Backend.Call = reporting(db, 10, 0, 10*sec)
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{sec}}}}}
+		for _, req := range []string{"warm-a", "warm-b"} {
+			if _, err := c.Do(t.Context(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs := make([]pacedRecorder, 4)
+		var wg sync.WaitGroup
+		for i := range recs {
+			cc := *c
+			cc.OnAttempt = recs[i].on
+			wg.Go(func() {
+				if _, err := cc.Do(t.Context(), "w"+strconv.Itoa(i)); err != nil {
+					t.Errorf("call %d: %v", i, err)
+				}
+			})
+			synctest.Wait() // one at a time, each seeing the others in line
+		}
+		wg.Wait()
+		for i, want := range []string{"a", "b", "a", "b"} {
+			w := where(recs[i].recs)
+			if diff := cmp.Diff([]string{want + ":soonest:transient", want + ":soonest"}, w); diff != "" {
+				t.Errorf("call %d: records (-want +got):\n%s", i, diff)
+			}
+		}
+	})
+}
+
+// Each deployment's Estimate runs once a call, the one chosen included:
+// it may read the whole request.
+func TestPoolEstimatesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		var mu sync.Mutex
+		runs := map[string]int{}
+		count := func(name string) func(string) llmretry.Usage {
+			return func(string) llmretry.Usage {
+				mu.Lock()
+				defer mu.Unlock()
+				runs[name]++
+				return llmretry.Usage{InputTokens: 100, OutputTokens: 100}
+			}
+		}
+		pa.Backend.Estimate, pb.Backend.Estimate = count("a"), count("b")
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}}
+		if _, err := c.Do(t.Context(), "r"); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]int{"a": 1, "b": 1}, runs); diff != "" {
+			t.Errorf("Estimate runs (-want +got):\n%s", diff)
+		}
+	})
+}
