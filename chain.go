@@ -206,13 +206,20 @@ type Backend[Req, Resp any] struct {
 	// failure) is decided as for any backend: another deployment would
 	// answer it the same way. When every deployment has failed the request
 	// in turn, Retry decides as for any backend, each of its retries again
-	// going to the best deployment. When no deployment can take the request
+	// going to the best deployment. With a Store, the choice reads each
+	// Breaker as this process last saw the fleet's state; when the chosen
+	// deployment's Breaker, asked, holds the request back after all, the
+	// request goes on at once to the next-best deployment (the skip's
+	// record says retry, at once) rather than wait for it while another
+	// of its tier is left to try. When no deployment can take the request
 	// now, the pool is skipped like a backend whose breaker is open, or,
 	// when it is the last backend the call can try, the request waits for
 	// the deployment that may take it soonest: the one whose Breaker holds
 	// it back the shortest time, counting a pace of its provider's for
 	// each call already waiting in its line, then the one with the fewest
-	// calls waiting for its Weight, then the first in order. Every record of a
+	// calls waiting for its Weight, then the first in order. Should that
+	// one not be waited for (it would not half-open within the bound that
+	// [Backend.Breaker] states), the next soonest is. Every record of a
 	// pool's requests, skips and waits names its deployment
 	// ([Attempt.Deployment]) and why it was chosen ([Attempt.Chosen]).
 	Pool []Deployment[Req, Resp]
@@ -537,7 +544,8 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 	pool := r.pool
 	// A backend come back to goes on with its tries and its waits where
 	// it left them: len(Waits) bounds its retries in the call. A try is
-	// a request sent.
+	// a request sent: a skip that goes on to another deployment of a pool
+	// leaves the next request the same Try.
 	for try := sentTo(r.attempts, bi) + 1; ; {
 		if err := r.ctx.Err(); err != nil {
 			target.Breaker.leave(line, r.deadline())
@@ -554,7 +562,12 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			}
 			target, c = next, nc
 		}
+		// A deployment chosen by a state the fleet has since changed may
+		// hold the request back: skipped, as if not the last backend,
+		// while the pool has another to try first.
+		r.plan.others = pool.others()
 		t, skip, ok := r.admit(target, bi, try, line, c)
+		r.plan.others = false
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
@@ -567,6 +580,17 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if !ok {
+			if pool.skipped(r, skip, r.now()) {
+				// To the pool's next-best deployment, at once: this one
+				// is closed to the request, not the pool. A skip that
+				// pacing decided still says so.
+				skip.Next, skip.RetryIn = NextRetry, 0
+				if skip.Why != WhyPaced {
+					skip.Why = ""
+				}
+				r.hand(skip)
+				continue
+			}
 			r.hand(skip)
 			if skip.Next == NextStop {
 				r.keep("")

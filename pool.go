@@ -235,6 +235,7 @@ type poolRun[Req, Resp any] struct {
 	cur      choice // the deployment of the last request, and why
 	waits    int    // the policy's waits taken so far in the call
 	hopping  bool   // the last failure goes on to the next deployment at once
+	settled  bool   // no deployment could take the request now: it waits for the soonest
 }
 
 // newPoolRun starts b's part in a call of req: each deployment's Estimate
@@ -263,19 +264,45 @@ func (p *poolRun[Req, Resp]) choose(now time.Time) choice {
 
 // target is the deployment the next request goes to, as a backend, and
 // what the request is estimated to use there: the best not tried since
-// the last wait that can take it now; when none can, the one of them
+// the last wait that can take it now; when none can, the one of them all
 // that may soonest, whose breaker then holds the request back (a skip,
 // or a wait when the pool is the last backend).
 func (p *poolRun[Req, Resp]) target(now time.Time) (*Backend[Req, Resp], cost) {
 	c := p.choose(now)
+	if !c.now() && !p.settled {
+		// None can take it now: wait for the soonest of them all, those
+		// whose breakers held it back included.
+		p.settled = true
+		clear(p.tried)
+		c = p.choose(now)
+	}
 	if c.i < 0 {
-		// Every one tried, the states having changed since the last
-		// failed: each may be again.
+		// Every one tried, the states having changed since the last was
+		// held back: each may be again.
 		clear(p.tried)
 		c = p.choose(now)
 	}
 	p.cur = c
 	return &p.backends[c.i], p.costs[c.i]
+}
+
+// others reports whether the request, if the deployment chosen for it
+// holds it back, has another to go to first rather than wait for this
+// one: it was chosen as able to take it now, by this process's reading
+// of the fleet's state, which the fleet may have changed since, and
+// another deployment of its tier is left to try. (One of a higher tier
+// takes it only when the pool's reading says that none of a lower one
+// can.) A nil p has none.
+func (p *poolRun[Req, Resp]) others() bool {
+	if p == nil || p.settled {
+		return false
+	}
+	for i := range p.b.Pool {
+		if !p.tried[i] && i != p.cur.i && p.b.Pool[i].Tier == p.b.Pool[p.cur.i].Tier {
+			return true
+		}
+	}
+	return false
 }
 
 // name writes the deployment of the last request, and why it was chosen,
@@ -328,6 +355,24 @@ func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool 
 // hopped reports whether the last failure went on to the next deployment.
 func (p *poolRun[Req, Resp]) hopped() bool { return p != nil && p.hopping }
 
+// skipped reports whether skip, the record of a request the chosen
+// deployment's breaker held back, goes on to the next-best deployment
+// instead of ending the call's time on the pool. It does when another
+// deployment not tried since the last wait can take the request now
+// (this process may have chosen by a state the fleet has since changed),
+// and, when the pool is the last backend the call can try, while any is
+// left: the one that may take it soonest is waited for next. A skip for
+// the caller's deadline or cancel never does. A nil p is no pool.
+func (p *poolRun[Req, Resp]) skipped(r *run[Req, Resp], skip Attempt, now time.Time) bool {
+	if p == nil || (skip.Why != WhyBreaker && skip.Why != WhyPaced) {
+		return false
+	}
+	p.tried[p.cur.i] = true
+	last := r.plan.last(skip.Kind) && !r.nested
+	c := p.choose(now)
+	return c.now() || (c.i >= 0 && last)
+}
+
 // waited records a wait of the pool's policy taken: every deployment may
 // be tried again.
 func (p *poolRun[Req, Resp]) waited() {
@@ -336,4 +381,5 @@ func (p *poolRun[Req, Resp]) waited() {
 	}
 	p.waits++
 	clear(p.tried)
+	p.settled = false
 }
