@@ -36,7 +36,7 @@ type Attempt struct {
 	Delivered  bool          // the attempt had already delivered output to the caller (see Delivered)
 	Usage      *Usage        // what the provider reported the attempt cost (see ReportUsage); zero when the request never reached the provider (a refused connection, a failed dial or DNS lookup); nil when it reported nothing, which is unknown, not zero
 	Deployment string        // for a backend that is a pool, the deployment the request went to (or whose breaker held it back); empty otherwise
-	Chosen     Chosen        // for a backend that is a pool, why that deployment was chosen; empty otherwise
+	Chosen     Chosen        // for a backend that is a pool, why that deployment was chosen (see Chosen), on every record of its requests, skips and waits; empty otherwise
 	// ContinuedFrom is how many bytes of the answer the caller already
 	// held when the attempt was sent, which it was asked to continue
 	// (Chain.Continue, Continuing); 0 for an attempt that began the

@@ -230,10 +230,21 @@ type Backend[Req, Resp any] struct {
 	// failure) is decided as for any backend: another deployment would
 	// answer it the same way. When every deployment has failed the request
 	// in turn, Retry decides as for any backend, each of its retries again
-	// going to the best deployment. When no deployment can take the
-	// request now, the pool is skipped like a backend whose breaker is
-	// open, or waited for, when it is the last, on the deployment that
-	// will take it soonest. Every record names its deployment
+	// going to the best deployment. With a Store, the choice reads each
+	// Breaker as this process last saw the fleet's state; when the chosen
+	// deployment's Breaker, asked, holds the request back after all, the
+	// request goes on at once to the next-best deployment (the skip's
+	// record says retry, at once) rather than wait for it while another
+	// of its tier is left to try. When no deployment can take the request
+	// now, the pool is skipped like a backend whose breaker is open, or,
+	// when it is the last backend the call can try, the request waits for
+	// the deployment that may take it soonest: the one whose Breaker holds
+	// it back the shortest time, counting a pace of its provider's for
+	// each call already waiting in its line, then the one with the fewest
+	// calls waiting for its Weight, then the first in order. Should that
+	// one not be waited for (it would not half-open within the bound that
+	// [Backend.Breaker] states), the next soonest is. Every record of a
+	// pool's requests, skips and waits names its deployment
 	// ([Attempt.Deployment]) and why it was chosen ([Attempt.Chosen]).
 	Pool []Deployment[Req, Resp]
 }
@@ -540,6 +551,10 @@ type run[Req, Resp any] struct {
 	cannot     []int         // backends that refused a continuation in this call
 	cont       *Continuation // what the next request continues, set by prepare
 	restarting bool          // the next request sent begins the answer again
+
+	// The pool of the backend the call is on, nil when it is none: the
+	// deployment of its records.
+	pool *poolRun[Req, Resp]
 }
 
 // reportUsageUp adds what this call cost, every attempt it made (answer
@@ -585,28 +600,34 @@ func (r *run[Req, Resp]) now() time.Time {
 // final, Do's result.
 func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp Resp, l left, err error, final bool) {
 	var line *waiter // the call's place in its target's breaker's line, from a retry's wait to the next admission
-	var pool *poolRun[Req, Resp]
+	target, c := b, cost{}
 	if len(b.Pool) > 0 {
-		pool = newPoolRun(b, req)
+		// Every record handed from here on names its deployment.
+		r.pool = newPoolRun(b, req)
+		defer func() { r.pool = nil }()
+	} else {
+		c = b.cost(req)
 	}
-	target, chosen := b, choice{}
+	pool := r.pool
 	// A backend come back to goes on with its tries and its waits where
-	// it left them: len(Waits) bounds its retries in the call.
-	for try := sentTo(r.attempts, bi) + 1; ; try++ {
+	// it left them: len(Waits) bounds its retries in the call. A try is
+	// a request sent: a skip that goes on to another deployment of a pool
+	// leaves the next request the same Try.
+	for try := sentTo(r.attempts, bi) + 1; ; {
 		if err := r.ctx.Err(); err != nil {
 			target.Breaker.leave(line, r.deadline())
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if pool != nil {
-			next, c := pool.target(r.now())
+			next, nc := pool.target(r.now())
 			if next.Breaker != target.Breaker {
 				// The call's place in line after its wait is in the
 				// breaker it waited for, not in the one chosen now.
 				target.Breaker.leave(line, r.deadline())
 				line = nil
 			}
-			target, chosen = next, c
+			target, c = next, nc
 		}
 		if !r.prepare(bi) {
 			// The caller holds part of the answer, which this backend
@@ -614,8 +635,12 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			target.Breaker.leave(line, r.deadline())
 			return resp, left{why: WhyCannotContinue}, nil, false
 		}
-		c := target.cost(req)
+		// A deployment chosen by a state the fleet has since changed may
+		// hold the request back: skipped, as if not the last backend,
+		// while the pool has another to try first.
+		r.plan.others = pool.others()
 		t, skip, ok := r.admit(target, bi, try, line, c)
+		r.plan.others = false
 		line = nil
 		if err := r.ctx.Err(); ok && err != nil {
 			// The caller withdrew while OnAttempt heard of a wait for the
@@ -628,7 +653,17 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if !ok {
-			pool.name(&skip, chosen)
+			if pool.skipped(r, skip, r.now()) {
+				// To the pool's next-best deployment, at once: this one
+				// is closed to the request, not the pool. A skip that
+				// pacing decided still says so.
+				skip.Next, skip.RetryIn = NextRetry, 0
+				if skip.Why != WhyPaced {
+					skip.Why = ""
+				}
+				r.hand(skip)
+				continue
+			}
 			r.hand(skip)
 			if skip.Next == NextStop {
 				r.keep("")
@@ -637,9 +672,10 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
 		resp, a, end := r.attempt(target, bi, try, req, t)
-		pool.name(&a, chosen)
+		try++
 		if a.Err == nil {
 			r.keep("")
+			pool.name(&a)
 			r.notify(a)
 			r.reportUsageUp(a.Usage)
 			return resp, l, nil, true
@@ -1274,9 +1310,11 @@ func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision, c cost) (*waite
 }
 
 // hand hands record a to OnAttempt, once Do has decided what follows it.
-// Do keeps it when it carries the decision out (keep).
+// Do keeps it when it carries the decision out (keep). On a pool, the
+// record names the deployment it is of, and why it was chosen.
 func (r *run[Req, Resp]) hand(a Attempt) {
 	r.keep("")
+	r.pool.name(&a)
 	r.pending, r.handed = a, true
 	r.notify(a)
 }

@@ -14,6 +14,7 @@ type plan struct {
 	revisit   []int // backends planned a second time
 	deferred  []int // backends skipped for their breakers, not yet revisited, after which no backend failed for its health
 	revisited bool  // the second pass has been planned
+	others    bool  // the backend at the position is a pool with another deployment to try before waiting for this one's breaker
 }
 
 // left is how a call left a backend: all the plan learns from it.
@@ -42,6 +43,9 @@ func (p plan) backend() int {
 // about the request sends the call back to the backends it skipped, the
 // first time it reaches the end.
 func (p plan) last(k Kind) bool {
+	if p.others {
+		return false
+	}
 	atEnd := p.pos == p.n+len(p.revisit)-1
 	return atEnd && (p.revisited || len(p.deferred) == 0 || aboutHealth(k))
 }

@@ -2,7 +2,6 @@ package llmretry
 
 import (
 	"cmp"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -21,7 +20,9 @@ type Deployment[Req, Resp any] struct {
 	// deployment's requests, and its Breaker (required) is the
 	// deployment's health and headroom, shared with every chain that
 	// calls the same deployment (with a Store, under its own Key). Its
-	// Retry is not used: the pool's backend's is.
+	// Retry is not used: the pool's backend's is. Its Pool must be empty:
+	// a deployment is one deployment, and Validate reports a pool within
+	// a pool as an [ErrConfig] error rather than ignore it.
 	Backend Backend[Req, Resp]
 	// Tier orders the deployments by priority: a request goes to a
 	// deployment of a higher tier only when no deployment of a lower one
@@ -31,8 +32,9 @@ type Deployment[Req, Resp any] struct {
 	Tier int
 	// Weight is the deployment's share of the requests among deployments
 	// of its tier that stand alike (no headroom reported to tell them
-	// apart): requests in flight are counted per unit of weight. 0 means
-	// 1.
+	// apart): requests in flight are counted per unit of weight, and so,
+	// among deployments that would let a waiting call through alike, are
+	// the calls waiting in their lines. 0 means 1.
 	Weight int
 }
 
@@ -47,28 +49,41 @@ const (
 	ChosenInFlight Chosen = "in_flight" // as much headroom as another, and the fewest requests in flight for its weight
 	ChosenOrder    Chosen = "order"     // standing alike with another: the first in the pool's order
 	ChosenSpill    Chosen = "spill"     // a higher tier: no deployment of a lower one could take it now
+	ChosenSoonest  Chosen = "soonest"   // no deployment could take it now: the one that may soonest (see [Backend.Pool]), whose breaker holds it back: a skip, or a wait and the request sent after it
 )
 
 // standing is what a deployment's Breaker says of a request that would
-// come to it at now: whether it is let through at once, and if not when
-// it may be; the share of its provider's buckets left once the requests
-// let through are counted (1 when nothing is known); and its requests in
-// flight.
+// come to it at now: whether it is let through at once, and if not the
+// soonest it may be, as far as is known; the share of its provider's buckets left once the requests
+// let through are counted (1 when nothing is known); its requests in
+// flight; and the calls waiting in its line (the fleet's, with a Store).
 type standing struct {
 	open     bool
-	until    time.Time
+	ready    time.Time // when held back
 	headroom float64
 	inFlight int64
+	ahead    int64
 }
 
 // standing reads b's standing at now, as it stands for a call not in its
-// line; with a Store, as this process last saw the fleet's state.
+// line; with a Store, as this process last saw the fleet's state. A
+// request held back is ready once what holds it back has ended, a pace of
+// the provider's (a second when it has not said) from now at the
+// earliest, and each call ahead of it in line has gone, a pace apart:
+// calls waiting in line count as the time they take, so that the waiting
+// calls of a pool spread over its deployments as their providers admit
+// them.
 func (b *Breaker) standing(now time.Time, c cost) standing {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.line.advance(now)
-	v := b.rules(now, b.line.waiting()+b.othersAhead(maxTime), c)
-	s := standing{open: v.pass, until: v.until, headroom: 1, inFlight: b.pacing.inFlight()}
+	k := b.line.waiting() + b.othersAhead(maxTime)
+	v := b.rules(now, k, c)
+	s := standing{open: v.pass, headroom: 1, inFlight: b.pacing.inFlight(), ahead: int64(k)}
+	if !v.pass {
+		pace := b.pacing.pace()
+		s.ready = later(v.until, now.Add(pace)).Add(time.Duration(k) * pace)
+	}
 	if !b.NoPacing {
 		s.headroom = b.pacing.headroom(now)
 	}
@@ -77,56 +92,58 @@ func (b *Breaker) standing(now time.Time, c cost) standing {
 
 // choice is a deployment chosen for a request, and why.
 type choice struct {
-	i   int // its index in the pool; -1: no deployment can take the request now
+	i   int // its index in the pool; -1: every deployment was tried
 	why Chosen
 }
 
-// choose picks the deployment of pool that a request coming at now goes
-// to, among those not in tried: of the lowest tier that has a deployment
-// able to take it now, the one with the most headroom, then the fewest in
-// flight for its weight, then the first in the pool's order. When none
-// can take it now it returns the index -1, and the soonest time one may
-// (zero: not known).
-func choose[Req, Resp any](pool []Deployment[Req, Resp], costs []cost, tried []bool, now time.Time) (choice, time.Time) {
-	best := -1
-	var bs standing
-	var soonest time.Time
+// now reports whether the deployment chosen can take the request now.
+func (c choice) now() bool { return c.i >= 0 && c.why != ChosenSoonest }
+
+// choose picks the deployment of pool that a request goes to, among those
+// not in tried, by their standings st (st[i] is read for every i not
+// tried): of the lowest tier that has a deployment able to take it now,
+// the one with the most headroom, then the fewest in flight for its
+// weight, then the first in the pool's order. When none can take it now,
+// the one ready soonest, then the one with the fewest calls waiting in
+// line for its weight, then the first in order (ChosenSoonest). When
+// every deployment was tried it returns the index -1.
+func choose[Req, Resp any](pool []Deployment[Req, Resp], st []standing, tried []bool) choice {
+	best, soonest := -1, -1
 	alike, open := 0, 0 // deployments of the best's tier that could take it; and of any tier
 	for i := range pool {
-		if tried[i] {
+		switch {
+		case tried[i]:
 			continue
-		}
-		s := pool[i].Backend.Breaker.standing(now, costs[i])
-		if !s.open {
-			if !s.until.IsZero() && (soonest.IsZero() || s.until.Before(soonest)) {
-				soonest = s.until
+		case !st[i].open:
+			if soonest < 0 || sooner(st[i], weight(&pool[i]), st[soonest], weight(&pool[soonest])) > 0 {
+				soonest = i
 			}
 			continue
 		}
 		open++
 		switch {
 		case best < 0 || pool[i].Tier < pool[best].Tier:
-			best, bs, alike = i, s, 1
+			best, alike = i, 1
 		case pool[i].Tier == pool[best].Tier:
 			alike++
-			if better(s, weight(&pool[i]), bs, weight(&pool[best])) > 0 {
-				best, bs = i, s
+			if better(st[i], weight(&pool[i]), st[best], weight(&pool[best])) > 0 {
+				best = i
 			}
 		}
 	}
 	if best < 0 {
-		return choice{i: -1}, soonest
+		return choice{i: soonest, why: ChosenSoonest}
 	}
 	c := choice{i: best, why: ChosenOnly}
 	switch {
 	case pool[best].Tier > minTier(pool):
 		c.why = ChosenSpill
 	case alike > 1:
-		c.why = reason(pool, costs, tried, now, best, bs)
+		c.why = reason(pool, st, tried, best)
 	case open > 1:
 		c.why = ChosenTier
 	}
-	return c, time.Time{}
+	return c
 }
 
 // better compares two deployments' standings for a request, a against b:
@@ -140,22 +157,28 @@ func better(a standing, aw int, b standing, bw int) int {
 	return cmp.Compare(b.inFlight*int64(aw), a.inFlight*int64(bw))
 }
 
-// reason is why deployment i, of standing s, won over the others of its
-// tier that could take the request.
-func reason[Req, Resp any](pool []Deployment[Req, Resp], costs []cost, tried []bool, now time.Time, i int, s standing) Chosen {
+// sooner compares two deployments held back, a against b: positive when
+// a should take the request. Ready first, then calls waiting in line per
+// unit of weight.
+func sooner(a standing, aw int, b standing, bw int) int {
+	if c := b.ready.Compare(a.ready); c != 0 {
+		return c
+	}
+	return cmp.Compare(b.ahead*int64(aw), a.ahead*int64(bw))
+}
+
+// reason is why deployment i won over the others of its tier that could
+// take the request, by their standings st.
+func reason[Req, Resp any](pool []Deployment[Req, Resp], st []standing, tried []bool, i int) Chosen {
 	why := ChosenOrder
 	for j := range pool {
-		if j == i || tried[j] || pool[j].Tier != pool[i].Tier {
-			continue
-		}
-		o := pool[j].Backend.Breaker.standing(now, costs[j])
-		if !o.open {
+		if j == i || tried[j] || pool[j].Tier != pool[i].Tier || !st[j].open {
 			continue
 		}
 		switch {
-		case s.headroom != o.headroom:
+		case st[i].headroom != st[j].headroom:
 			return ChosenHeadroom
-		case better(s, weight(&pool[i]), o, weight(&pool[j])) != 0:
+		case better(st[i], weight(&pool[i]), st[j], weight(&pool[j])) != 0:
 			why = ChosenInFlight
 		}
 	}
@@ -187,6 +210,8 @@ func validatePool[Req, Resp any](pool []Deployment[Req, Resp], bad func(string) 
 			return bad(what + " (" + d.Name + "): call is nil")
 		case d.Backend.Breaker == nil:
 			return bad(what + " (" + d.Name + "): breaker is nil: a pool chooses by each deployment's breaker")
+		case len(d.Backend.Pool) > 0:
+			return bad(what + " (" + d.Name + "): has a pool of its own: a deployment is one deployment, and a pool within a pool would never be used")
 		case d.Tier < 0 || d.Weight < 0:
 			return bad(what + " (" + d.Name + "): tier or weight is negative")
 		}
@@ -204,15 +229,20 @@ func validatePool[Req, Resp any](pool []Deployment[Req, Resp], bad func(string) 
 type poolRun[Req, Resp any] struct {
 	b        *Backend[Req, Resp]
 	backends []Backend[Req, Resp]
-	costs    []cost // what the call's request is estimated to use on each deployment
+	costs    []cost     // what the call's request is estimated to use on each deployment
+	st       []standing // the deployments' standings, as last read
 	tried    []bool
-	cur      int  // the deployment of the last request
-	waits    int  // the policy's waits taken so far in the call
-	hopping  bool // the last failure goes on to the next deployment at once
+	cur      choice // the deployment of the last request, and why
+	waits    int    // the policy's waits taken so far in the call
+	hopping  bool   // the last failure goes on to the next deployment at once
+	settled  bool   // no deployment could take the request now: it waits for the soonest
 }
 
+// newPoolRun starts b's part in a call of req: each deployment's Estimate
+// runs here, once.
 func newPoolRun[Req, Resp any](b *Backend[Req, Resp], req Req) *poolRun[Req, Resp] {
-	p := &poolRun[Req, Resp]{b: b, backends: make([]Backend[Req, Resp], len(b.Pool)), costs: make([]cost, len(b.Pool)), tried: make([]bool, len(b.Pool))}
+	n := len(b.Pool)
+	p := &poolRun[Req, Resp]{b: b, backends: make([]Backend[Req, Resp], n), costs: make([]cost, n), st: make([]standing, n), tried: make([]bool, n)}
 	for i := range b.Pool {
 		p.costs[i] = b.Pool[i].Backend.cost(req)
 		p.backends[i] = b.Pool[i].Backend
@@ -221,43 +251,67 @@ func newPoolRun[Req, Resp any](b *Backend[Req, Resp], req Req) *poolRun[Req, Res
 	return p
 }
 
-// target is the deployment the next request goes to, as a backend, and
-// why: the best that can take it now; when none can, the one that may
-// soonest, whose breaker then holds the request back (a skip, or a wait
-// when the pool is the last backend).
-func (p *poolRun[Req, Resp]) target(now time.Time) (*Backend[Req, Resp], choice) {
-	c, _ := choose(p.b.Pool, p.costs, p.tried, now)
-	if c.i < 0 {
-		c = choice{i: p.soonest(now)}
+// choose reads the standings of the deployments not tried at now, and
+// chooses among them (see choose).
+func (p *poolRun[Req, Resp]) choose(now time.Time) choice {
+	for i := range p.b.Pool {
+		if !p.tried[i] {
+			p.st[i] = p.b.Pool[i].Backend.Breaker.standing(now, p.costs[i])
+		}
 	}
-	p.cur = c.i
-	return &p.backends[c.i], c
+	return choose(p.b.Pool, p.st, p.tried)
 }
 
-// soonest is the deployment not tried since the last wait (any, when all
-// were) that may take a request soonest, the first in order on a tie.
-func (p *poolRun[Req, Resp]) soonest(now time.Time) int {
-	best, at := -1, time.Time{}
-	all := !slices.Contains(p.tried, false)
+// target is the deployment the next request goes to, as a backend, and
+// what the request is estimated to use there: the best not tried since
+// the last wait that can take it now; when none can, the one of them all
+// that may soonest, whose breaker then holds the request back (a skip,
+// or a wait when the pool is the last backend).
+func (p *poolRun[Req, Resp]) target(now time.Time) (*Backend[Req, Resp], cost) {
+	c := p.choose(now)
+	if !c.now() && !p.settled {
+		// None can take it now: wait for the soonest of them all, those
+		// whose breakers held it back included.
+		p.settled = true
+		clear(p.tried)
+		c = p.choose(now)
+	}
+	if c.i < 0 {
+		// Every one tried, the states having changed since the last was
+		// held back: each may be again.
+		clear(p.tried)
+		c = p.choose(now)
+	}
+	p.cur = c
+	return &p.backends[c.i], p.costs[c.i]
+}
+
+// others reports whether the request, if the deployment chosen for it
+// holds it back, has another to go to first rather than wait for this
+// one: it was chosen as able to take it now, by this process's reading
+// of the fleet's state, which the fleet may have changed since, and
+// another deployment of its tier is left to try. (One of a higher tier
+// takes it only when the pool's reading says that none of a lower one
+// can.) A nil p has none.
+func (p *poolRun[Req, Resp]) others() bool {
+	if p == nil || p.settled {
+		return false
+	}
 	for i := range p.b.Pool {
-		if p.tried[i] && !all {
-			continue
-		}
-		s := p.b.Pool[i].Backend.Breaker.standing(now, p.costs[i])
-		if best < 0 || (!s.until.IsZero() && (at.IsZero() || s.until.Before(at))) {
-			best, at = i, s.until
+		if !p.tried[i] && i != p.cur.i && p.b.Pool[i].Tier == p.b.Pool[p.cur.i].Tier {
+			return true
 		}
 	}
-	return best
+	return false
 }
 
 // name writes the deployment of the last request, and why it was chosen,
 // into its record a. A nil p writes nothing.
-func (p *poolRun[Req, Resp]) name(a *Attempt, c choice) {
+func (p *poolRun[Req, Resp]) name(a *Attempt) {
 	if p == nil {
 		return
 	}
-	a.Deployment, a.Chosen = p.b.Pool[p.cur].Name, c.why
+	a.Deployment, a.Chosen = p.b.Pool[p.cur.i].Name, p.cur.why
 }
 
 // try is the try number by which the pool's policy reads its next wait:
@@ -290,8 +344,8 @@ func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool 
 	case !r.fits(&p.b.Retry, 0, d.at):
 		return false
 	}
-	p.tried[p.cur] = true
-	if c, _ := choose(p.b.Pool, p.costs, p.tried, d.at); c.i < 0 {
+	p.tried[p.cur.i] = true
+	if !p.choose(d.at).now() {
 		return false
 	}
 	p.hopping = true
@@ -301,6 +355,24 @@ func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool 
 // hopped reports whether the last failure went on to the next deployment.
 func (p *poolRun[Req, Resp]) hopped() bool { return p != nil && p.hopping }
 
+// skipped reports whether skip, the record of a request the chosen
+// deployment's breaker held back, goes on to the next-best deployment
+// instead of ending the call's time on the pool. It does when another
+// deployment not tried since the last wait can take the request now
+// (this process may have chosen by a state the fleet has since changed),
+// and, when the pool is the last backend the call can try, while any is
+// left: the one that may take it soonest is waited for next. A skip for
+// the caller's deadline or cancel never does. A nil p is no pool.
+func (p *poolRun[Req, Resp]) skipped(r *run[Req, Resp], skip Attempt, now time.Time) bool {
+	if p == nil || (skip.Why != WhyBreaker && skip.Why != WhyPaced) {
+		return false
+	}
+	p.tried[p.cur.i] = true
+	last := r.plan.last(skip.Kind) && !r.nested
+	c := p.choose(now)
+	return c.now() || (c.i >= 0 && last)
+}
+
 // waited records a wait of the pool's policy taken: every deployment may
 // be tried again.
 func (p *poolRun[Req, Resp]) waited() {
@@ -309,4 +381,5 @@ func (p *poolRun[Req, Resp]) waited() {
 	}
 	p.waits++
 	clear(p.tried)
+	p.settled = false
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/llmretrytest"
 )
 
 // The tests in this file hold a Backend's Pool to its rules, in virtual
@@ -246,6 +247,7 @@ func TestPoolValidate(t *testing.T) {
 		{"same_name", backend{Pool: []llmretry.Deployment[string, string]{ok(), ok()}}, "deployment 1 (a): another deployment has the same name"},
 		{"no_breaker", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Backend: backend{Call: d.Call}}}}, "deployment 0 (a): breaker is nil"},
 		{"own_call", backend{Call: d.Call, Pool: []llmretry.Deployment[string, string]{ok()}}, "a pool's backend has no call or breaker of its own"},
+		{"pool_in_pool", backend{Pool: []llmretry.Deployment[string, string]{{Name: "inner", Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}, Pool: []llmretry.Deployment[string, string]{ok()}}}}}, "deployment 0 (inner): has a pool of its own"},
 		{"negative_tier", backend{Pool: []llmretry.Deployment[string, string]{{Name: "a", Tier: -1, Backend: backend{Call: d.Call, Breaker: &llmretry.Breaker{}}}}}, "tier or weight is negative"},
 	}
 	for _, tc := range tests {
@@ -310,6 +312,193 @@ func TestEstimateChargedUpFrontAndSettled(t *testing.T) {
 		time.Sleep(sec)
 		if got := burst("second"); got != 2 {
 			t.Errorf("second burst: %d of 10 to the primary, want 2 (1,700 left once the reports settled the estimates)", got)
+		}
+	})
+}
+
+// reportsInTurn is a desk's call that reports, on its n-th answer (from 1),
+// the requests bucket reports[min(n, len(reports))-1] says.
+func reportsInTurn(d *desk, reports ...http.Header) func(context.Context, string) (string, error) {
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	return func(ctx context.Context, req string) (string, error) {
+		mu.Lock()
+		n++
+		h := reports[min(n, len(reports))-1]
+		mu.Unlock()
+		llmretry.ReportLimits(ctx, h)
+		return d.Call(ctx, req)
+	}
+}
+
+// Calls that no deployment can take now wait where they will be let
+// through soonest, counting a pace of the provider's for each call
+// already waiting: with a and b both out of requests until the same
+// moment, four waiting calls go a, b, a, b, not all to the first in
+// order, and every record of them names its deployment and says
+// "soonest".
+func TestPoolWaitingCallsSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		// No request left, one more each second.
+		pa.Backend.Call = reporting(da, 10, 0, 10*sec)
+		pb.Backend.Call = reporting(db, 10, 0, 10*sec)
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{sec}}}}}
+		for _, req := range []string{"warm-a", "warm-b"} {
+			if _, err := c.Do(t.Context(), req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs := make([]pacedRecorder, 4)
+		var wg sync.WaitGroup
+		for i := range recs {
+			cc := *c
+			cc.OnAttempt = recs[i].on
+			wg.Go(func() {
+				if _, err := cc.Do(t.Context(), "w"+strconv.Itoa(i)); err != nil {
+					t.Errorf("call %d: %v", i, err)
+				}
+			})
+			synctest.Wait() // one at a time, each seeing the others in line
+		}
+		wg.Wait()
+		for i, want := range []string{"a", "b", "a", "b"} {
+			w := where(recs[i].recs)
+			if diff := cmp.Diff([]string{want + ":soonest:transient", want + ":soonest"}, w); diff != "" {
+				t.Errorf("call %d: records (-want +got):\n%s", i, diff)
+			}
+		}
+	})
+}
+
+// A deployment the fleet has found closed, while this process still
+// reads it as open, holds back the request chosen for it: the request
+// goes on at once to the pool's next-best deployment instead of waiting
+// for it (paced, when it is the only deployment that could have taken
+// it, the call would wait) or stopping (open, when no wait would see it
+// half-open). The skip's record says retry, at once, and the request sent
+// next keeps its Try.
+func TestPoolStaleChoiceGoesOn(t *testing.T) {
+	paced := limitHeader(10, 0, 100*sec) // none left, the next in 10 s
+	tests := []struct {
+		name string
+		// close makes the fleet close deployment a, through a Breaker of
+		// another process (br) that calls a through call.
+		close func(t *testing.T, br *llmretry.Breaker, call func(context.Context, string) (string, error))
+		want  []string // the records of this process's call after the fleet closed a
+	}{{
+		name: "paced",
+		close: func(t *testing.T, br *llmretry.Breaker, call func(context.Context, string) (string, error)) {
+			c := &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+			if _, err := c.Do(t.Context(), "other"); err != nil {
+				t.Fatal(err)
+			}
+		},
+		want: []string{"a:headroom:transient", "b:only"},
+	}, {
+		name: "open",
+		close: func(t *testing.T, br *llmretry.Breaker, _ func(context.Context, string) (string, error)) {
+			trip(t, br, llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("down")))
+		},
+		want: []string{"a:headroom:transient", "b:only"},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &llmretrytest.MemoryStore{Latency: 2 * ms}
+				da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+				// a reports half its requests left, then none; b 30%.
+				callA := reportsInTurn(da, limitHeader(10, 5, 50*sec), paced)
+				pa := llmretry.Deployment[string, string]{Name: "a", Backend: backend{Model: "gpt-4o", Call: callA,
+					Breaker: &llmretry.Breaker{Store: store, Key: "a", Failures: 1}}}
+				pb := deployment("b", db, 0)
+				pb.Backend.Call = reporting(db, 10, 3, 70*sec)
+				var rec pacedRecorder
+				c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}, OnAttempt: rec.on}
+				for _, req := range []string{"one", "two"} {
+					if _, err := c.Do(t.Context(), req); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if diff := cmp.Diff([]string{"a:order", "b:headroom"}, where(rec.recs)); diff != "" {
+					t.Fatalf("warm-up records (-want +got):\n%s", diff)
+				}
+				tc.close(t, &llmretry.Breaker{Store: store, Key: "a", Failures: 1}, callA)
+				rec.recs = nil
+				start := time.Now()
+				got, err := c.Do(t.Context(), "three")
+				if err != nil || got != "b: three" || time.Since(start) > 10*ms {
+					t.Fatalf("Do() = %q, %v after %v, want b's answer at once", got, err, time.Since(start))
+				}
+				if diff := cmp.Diff(tc.want, where(rec.recs)); diff != "" {
+					t.Errorf("records (-want +got):\n%s", diff)
+				}
+				if s := rec.recs[0]; s.Next != llmretry.NextRetry || s.RetryIn != 0 || s.Try != 1 || rec.recs[1].Try != 1 {
+					t.Errorf("records = %+v, want a skip retrying at once, then try 1", rec.recs)
+				}
+			})
+		})
+	}
+}
+
+// When the deployment that may take the request soonest will not be
+// waited for (its breaker, opened by failures, half-opens after the
+// policy's waits would have ended), the call waits for the next soonest
+// instead of stopping: here b, whose provider admits the next request in
+// 3 s, a pace the call may wait for.
+func TestPoolWaitsForTheNextSoonest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		pa.Backend.Breaker.Failures, pa.Backend.Breaker.Cooldown = 1, 2*sec
+		pb.Backend.Call = reporting(db, 10, 0, 30*sec) // none left, the next in 3 s
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{sec}}}}}
+		trip(t, pa.Backend.Breaker, llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("down")))
+		if got, err := c.Do(t.Context(), "warm"); err != nil || got != "b: warm" {
+			t.Fatalf("warm-up: Do() = %q, %v, want b's answer", got, err)
+		}
+		var rec pacedRecorder
+		c.OnAttempt = rec.on
+		start := time.Now()
+		got, err := c.Do(t.Context(), "r")
+		if err != nil || got != "b: r" || time.Since(start) != 3*sec {
+			t.Fatalf("Do() = %q, %v after %v, want b's answer after 3s", got, err, time.Since(start))
+		}
+		want := []string{"a:soonest:transient", "b:soonest:transient", "b:soonest"}
+		if diff := cmp.Diff(want, where(rec.recs)); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// Each deployment's Estimate runs once a call, the one chosen included:
+// it may read the whole request.
+func TestPoolEstimatesOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		var mu sync.Mutex
+		runs := map[string]int{}
+		count := func(name string) func(string) llmretry.Usage {
+			return func(string) llmretry.Usage {
+				mu.Lock()
+				defer mu.Unlock()
+				runs[name]++
+				return llmretry.Usage{InputTokens: 100, OutputTokens: 100}
+			}
+		}
+		pa.Backend.Estimate, pb.Backend.Estimate = count("a"), count("b")
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}}
+		if _, err := c.Do(t.Context(), "r"); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string]int{"a": 1, "b": 1}, runs); diff != "" {
+			t.Errorf("Estimate runs (-want +got):\n%s", diff)
 		}
 	})
 }
