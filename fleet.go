@@ -297,8 +297,11 @@ func (b *Breaker) syncLoop() {
 		// calls of the instant ask while this waits. It costs a timer's
 		// round trip, next to a store's milliseconds; and in virtual time
 		// the batch, and so what the store is asked, does not depend on
-		// which goroutine ran first.
-		time.Sleep(time.Nanosecond)
+		// which goroutine ran first. Two nanoseconds, not one: a store
+		// that tells its watchers of a write a nanosecond after it (as
+		// llmretrytest.MemoryStore does) has then told of this process's
+		// own last write before the sync decides whether to load.
+		time.Sleep(2 * time.Nanosecond)
 		b.mu.Lock()
 		batch := f.pending
 		f.pending = nil
