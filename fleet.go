@@ -778,8 +778,8 @@ func (b *Breaker) othersAhead(start time.Time) int {
 	return b.linesAhead(start).calls
 }
 
-// ahead is what of other processes' lines stands before a call.
-type ahead struct {
+// linesBefore is what of other processes' lines stands before a call.
+type linesBefore struct {
 	calls int       // their calls
 	lines int       // the processes
 	lease time.Time // the earliest of their leases: if it runs out, that process's line is gone
@@ -787,8 +787,8 @@ type ahead struct {
 
 // linesAhead is what of other processes' lines stands before a call
 // begun at start. b.mu is held.
-func (b *Breaker) linesAhead(start time.Time) ahead {
-	var a ahead
+func (b *Breaker) linesAhead(start time.Time) linesBefore {
+	var a linesBefore
 	f := b.fleet
 	if f == nil || b.Store == nil {
 		return a
