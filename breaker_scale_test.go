@@ -272,6 +272,126 @@ func TestStoreHiccupCostsNoWait(t *testing.T) {
 	}
 }
 
+// A store that fails for 100 ms costs a fleet paced by its provider's
+// rate limits no wait it would not have had without a store: every call
+// is answered, none takes more than a second longer than the slowest
+// call of the same run without a store, and the run ends no more than a
+// second later. Two processes, five workers each, send 60 calls with 30 s
+// deadlines to a provider that takes 10 requests at once and one more
+// every 200 ms, and says so in its headers; paced by them, the run takes
+// about 10.5 s. The store fails at moments 50 ms apart from 1 s to 3 s,
+// so that some failure catches every store call of that time in flight,
+// the writes of requests' outcomes among them: an outcome the fleet's
+// state never got would keep its request in flight for the whole
+// ProbeLease, and pacing would count it against the limit, holding calls
+// back until their bound (20 s: the deadline less the reserve).
+func TestStoreHiccupKeepsPace(t *testing.T) {
+	type run struct {
+		took, slowest   time.Duration // the whole run's, and its slowest call's
+		failed, refused int           // calls that returned an error; the provider's 429s
+	}
+	// play runs the 60 calls; with a store, it fails from down to
+	// down+100ms (down < 0: never).
+	play := func(t *testing.T, store *llmretrytest.MemoryStore, down time.Duration) (r run) {
+		synctest.Test(t, func(t *testing.T) {
+			// The provider meters its bucket as a request arrives (full
+			// is when it is full again), answers 200 ms later with the
+			// headers, and refuses a request it cannot take at once, with
+			// a 429 that says when to come back.
+			const burst, every = 10, 200 * ms
+			var (
+				mu   sync.Mutex
+				full time.Time
+			)
+			provider := func(ctx context.Context, req string) (string, error) {
+				mu.Lock()
+				now := time.Now()
+				if full.Before(now) {
+					full = now
+				}
+				used := int((full.Sub(now) + every - 1) / every)
+				if used == burst {
+					r.refused++
+					h := limitHeader(burst, 0, full.Sub(now))
+					h.Set("Retry-After", strconv.Itoa(int((full.Sub(now)-(burst-1)*every+sec-1)/sec)))
+					mu.Unlock()
+					return "", llmretry.StatusFailure(http.StatusTooManyRequests, h, errors.New("rate limited"))
+				}
+				full = full.Add(every)
+				h := limitHeader(burst, burst-used-1, full.Sub(now))
+				mu.Unlock()
+				if !sleepCtx(ctx, 200*ms) {
+					return "", ctx.Err()
+				}
+				llmretry.ReportLimits(ctx, h)
+				return req, nil
+			}
+			chains := make([]*chain, 2)
+			for i := range chains {
+				br := &llmretry.Breaker{}
+				if store != nil {
+					br.Store, br.Key = store, "k"
+				}
+				chains[i] = &chain{Backends: []backend{{Model: "m", Call: provider, Breaker: br,
+					Retry: llmretry.Policy{Waits: []time.Duration{sec, 2 * sec}, Reserve: 10 * sec}}}}
+			}
+			if store != nil && down >= 0 {
+				time.AfterFunc(down, func() { store.Fail(errors.New("down")) })
+				time.AfterFunc(down+100*ms, func() { store.Fail(nil) })
+			}
+			start := time.Now()
+			var wg sync.WaitGroup
+			for p, c := range chains {
+				jobs := make(chan string, 30)
+				for i := range 30 {
+					jobs <- strconv.Itoa(2*i + p)
+				}
+				close(jobs)
+				for range 5 {
+					wg.Go(func() {
+						for req := range jobs {
+							ctx, cancel := context.WithTimeout(context.Background(), 30*sec)
+							begin := time.Now()
+							_, err := c.Do(ctx, req)
+							cancel()
+							mu.Lock()
+							r.slowest = max(r.slowest, time.Since(begin))
+							if err != nil {
+								r.failed++
+							}
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			r.took = time.Since(start)
+			// What a sync writes after its call has returned lands before
+			// the bubble ends.
+			time.Sleep(time.Minute)
+		})
+		return r
+	}
+	alone := play(t, nil, -1)
+	t.Logf("without a store: %+v", alone)
+	if alone.failed > 0 {
+		t.Fatalf("without a store, %d calls failed, want none", alone.failed)
+	}
+	check := func(what string, got run) {
+		t.Helper()
+		if got.failed > 0 || got.took > alone.took+sec || got.slowest > alone.slowest+sec {
+			t.Errorf("%s: run %v, slowest call %v, %d calls failed; without a store: %v, %v, none failed",
+				what, got.took, got.slowest, got.failed, alone.took, alone.slowest)
+		}
+	}
+	// The store that does not fail first: contention alone must lose no
+	// outcome either.
+	check("store that does not fail", play(t, &llmretrytest.MemoryStore{Latency: 2 * ms}, -1))
+	for down := sec; down <= 3*sec; down += 50 * ms {
+		check("store down from "+down.String()+" for 100ms", play(t, &llmretrytest.MemoryStore{Latency: 2 * ms}, down))
+	}
+}
+
 // A paced wait's record says paced, whether the call was let through or
 // held past its bound, and the error's summary names pacing and what
 // bounds it.
