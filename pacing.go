@@ -2,6 +2,7 @@ package llmretry
 
 import (
 	"math"
+	"math/bits"
 	"sort"
 	"time"
 )
@@ -220,9 +221,10 @@ func (p *pacing) room(now time.Time, c cost) int64 {
 }
 
 // bucketRoom is what one of the provider's buckets takes at now, by the
-// freshest report: n more requests (R − S for the requests bucket, or
-// what the window leaves when more; what the tokens left take, for a
-// tokens bucket), one more once t, its next admission, has come.
+// freshest report: n more requests (R − S for the requests bucket, one
+// more once t, its next admission, has come, or what the window leaves
+// when more; for a tokens bucket, what the tokens it holds now take, see
+// tokensFor), and t.
 type bucketRoom struct {
 	n int64
 	t time.Time
@@ -247,10 +249,7 @@ func (p *pacing) rooms(now time.Time, c cost) []bucketRoom {
 		out = append(out, bucketRoom{n, t})
 	}
 	for _, b := range p.tokenBuckets(c) {
-		n, t := tokensFor(b.reading, p.report.read, b.used, b.need)
-		if !now.Before(t) {
-			n++
-		}
+		n, t := tokensFor(b.reading, p.report.read, now, b.used, b.need)
 		out = append(out, bucketRoom{n, t})
 	}
 	return out
@@ -303,7 +302,7 @@ func (p *pacing) nextChange(now time.Time, c cost) time.Time {
 	}
 	soonest(p.nextAdmission())
 	for _, b := range p.tokenBuckets(c) {
-		_, t := tokensFor(b.reading, p.report.read, b.used, b.need)
+		_, t := tokensFor(b.reading, p.report.read, now, b.used, b.need)
 		soonest(t)
 	}
 	if w, ok := p.window(); ok {
@@ -315,25 +314,71 @@ func (p *pacing) nextChange(now time.Time, c cost) time.Time {
 	return next
 }
 
-// tokensFor is what a tokens bucket, read at read as tk, takes once used
-// more tokens have been sent: how many more requests of use tokens each,
-// and when it holds enough for the next one beyond them, as it refills
-// steadily to full at its reset (as T is read for the requests bucket,
-// for use tokens instead of one). Without a limit it is full again only
-// at the reset.
-func tokensFor(tk bucketReading, read time.Time, used, use int64) (int64, time.Time) {
+// tokensFor is what a tokens bucket, read at read as tk, takes at now
+// once used more tokens have been sent: how many more requests of use
+// tokens each, and t, when it holds enough for one beyond those its
+// reading takes, as it refills steadily to full at its reset (as T is
+// read for the requests bucket, for use tokens instead of one). The
+// requests are what it holds at now (tokensHeld), refill since its
+// reading included, and at least one more than its reading takes once t
+// has come: without a limit, or when the refill cannot make up what is
+// missing, t is the reset, and one request may go then and bring a
+// fresher report.
+func tokensFor(tk bucketReading, read, now time.Time, used, use int64) (int64, time.Time) {
 	left := tk.remaining - used
-	n := left / use
-	if left < 0 {
-		n = (left - use + 1) / use // rounded down, as for a positive left
-	}
+	n := floorDiv(left, use)
 	need := (n+1)*use - left // tokens missing for the next request
 	missing := tk.limit - tk.remaining
-	if tk.limit <= 0 || missing <= 0 || need >= missing {
-		return n, read.Add(tk.reset)
+	t := read.Add(tk.reset)
+	if tk.limit > 0 && missing > 0 && need < missing {
+		// Rounded up, never early; a float, as reset × need can overflow.
+		t = read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
 	}
-	// Rounded up, never early; a float, as reset × need can overflow.
-	return n, read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
+	if now.Before(t) {
+		return n, t
+	}
+	return max(n+1, floorDiv(tokensHeld(tk, read, now, used), use)), t
+}
+
+// tokensHeld is what a tokens bucket, read at read as tk, holds at now
+// once used more tokens have been sent: what it held less used, and what
+// it refilled since it was read. It refills steadily to full at its
+// reset, so elapsed after its reading it has refilled elapsed × missing
+// ÷ reset of the tokens missing from its limit, rounded down, and all of
+// them once the reset has passed; nothing when its limit or reset is not
+// known.
+//
+// The requests bucket counts no such refill, only one request once T has
+// come: Breakers of a fleet without a Store each count the refill since
+// a reading as their own, and for the requests bucket that nearly doubled
+// the 429s of such a fleet in the fleet benchmark. Such a fleet overcounts
+// the tokens' refill too, as it does the request at T; but without it, a
+// deployment whose tokens refill faster than its answers bring readings
+// is held to its last reading and one request more, and a pool spills
+// over from it while it has room.
+func tokensHeld(tk bucketReading, read, now time.Time, used int64) int64 {
+	held := tk.remaining - used
+	missing := tk.limit - tk.remaining
+	elapsed := now.Sub(read)
+	switch {
+	case tk.limit <= 0 || missing <= 0 || tk.reset <= 0 || elapsed <= 0:
+		return held
+	case elapsed >= tk.reset:
+		return held + missing
+	}
+	// elapsed × missing can overflow 64 bits; the quotient, less than
+	// missing, cannot, and integer division rounds down, never early.
+	hi, lo := bits.Mul64(uint64(elapsed), uint64(missing))
+	q, _ := bits.Div64(hi, lo, uint64(tk.reset))
+	return held + int64(q)
+}
+
+// floorDiv is a ÷ b rounded down, for b > 0.
+func floorDiv(a, b int64) int64 {
+	if a < 0 {
+		return (a - b + 1) / b
+	}
+	return a / b
 }
 
 // window is W, the time the requests bucket takes to refill from empty,
@@ -483,9 +528,11 @@ func (p *pacing) pace() time.Duration {
 // headroom is the share of the provider's buckets left at now by the
 // freshest report, once the requests let through since are counted: of
 // the requests bucket (R − S, with the next admission and the window's
-// reading as room counts them), the tokens bucket (what it held, less the
-// use of each request let through), and Anthropic's input and output
-// buckets; the least of those the report stated a limit for, in [0, 1].
+// reading as room counts them), the tokens bucket (what it holds at now
+// by tokensHeld, its refill since the reading included, less the use of
+// each request let through), and Anthropic's input and output buckets
+// (likewise); the least of those the report stated a limit for, in
+// [0, 1].
 // It is 1 when nothing is known: a deployment that has not reported
 // stands as full.
 func (p *pacing) headroom(now time.Time) float64 {
@@ -509,15 +556,15 @@ func (p *pacing) headroom(now time.Time) float64 {
 		}
 		share(left, r.limit)
 	}
-	e := p.estSince()
+	e, read := p.estSince(), p.report.read
 	if tk := p.report.tokens; tk.known {
-		share(tk.remaining-p.tokensUsed(), tk.limit)
+		share(tokensHeld(tk, read, now, p.tokensUsed()), tk.limit)
 	}
 	if in := p.report.inputTokens; in.known {
-		share(in.remaining-e.In, in.limit)
+		share(tokensHeld(in, read, now, e.In), in.limit)
 	}
 	if o := p.report.outputTokens; o.known {
-		share(o.remaining-e.Out, o.limit)
+		share(tokensHeld(o, read, now, e.Out), o.limit)
 	}
 	return h
 }

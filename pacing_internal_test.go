@@ -322,3 +322,37 @@ func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
 		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))
 	}
 }
+
+// headroom counts what the tokens bucket refilled since the report was
+// read, as it refills steadily to full at its reset: 100 of 1000 tokens
+// left, full again in 9 s, is 100 more each second, and full at the
+// reset, less the tokens of the requests let through since.
+func TestPaceHeadroomCountsTokensRefill(t *testing.T) {
+	tests := []struct {
+		name string
+		sent int // requests of 100 tokens let through since the report
+		at   time.Duration
+		want float64
+	}{
+		{name: "at_reading", at: 0, want: 0.1},
+		{name: "refilled_4s", at: 4 * time.Second, want: 0.5},
+		{name: "refilled_less_sent", sent: 3, at: 4 * time.Second, want: 0.2},
+		{name: "full_at_reset", at: 9 * time.Second, want: 1},
+		{name: "no_more_than_full", sent: 5, at: time.Minute, want: 0.5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{}
+			c := cost{in: 60, out: 40}
+			own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, c)
+			b.pacing.settle(p0, own.t, limitReport{sent: p0, read: p0,
+				tokens: bucketReading{known: true, limit: 1000, remaining: 100, reset: 9 * time.Second}}, true, cost{})
+			for i := range tc.sent {
+				b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, c)
+			}
+			if got := b.pacing.headroom(p0.Add(tc.at)); got != tc.want {
+				t.Errorf("headroom() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -306,3 +306,54 @@ func TestPrebuiltStatusFailureIsNotEarly(t *testing.T) {
 		}
 	})
 }
+
+// A tokens bucket refills steadily to full at its reset, and the breaker
+// counts what it refilled since the freshest report was read, not one
+// request of it: 100 of 1000 tokens left, full again in 9 s, refills 100
+// a second, so 4 s after the reading, with no report since, it holds 500,
+// room for five requests of 100 tokens in flight at once and not a sixth.
+func TestPacedCountsTokensRefill(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		sent := 0
+		primary := func(ctx context.Context, req string) (string, error) {
+			mu.Lock()
+			sent++
+			first := sent == 1
+			mu.Unlock()
+			if first {
+				h := http.Header{}
+				h.Set("X-Ratelimit-Limit-Tokens", "1000")
+				h.Set("X-Ratelimit-Remaining-Tokens", "100")
+				h.Set("X-Ratelimit-Reset-Tokens", "9s")
+				llmretry.ReportLimits(ctx, h)
+				return "primary", nil
+			}
+			time.Sleep(time.Second) // in flight while the others ask; answers without a report
+			return "primary", nil
+		}
+		fallback := func(context.Context, string) (string, error) { return "fallback", nil }
+		est := func(string) llmretry.Usage { return llmretry.Usage{InputTokens: 60, OutputTokens: 40} }
+		c := &chain{Backends: []backend{
+			{Model: "p", Call: primary, Breaker: &llmretry.Breaker{}, Estimate: est},
+			{Model: "f", Call: fallback},
+		}}
+		if got, err := c.Do(t.Context(), "report"); got != "primary" || err != nil {
+			t.Fatalf("Do() = %q, %v, want primary, nil", got, err)
+		}
+		time.Sleep(4 * time.Second)
+		got := make([]string, 6)
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() {
+				got[i], _ = c.Do(t.Context(), strconv.Itoa(i))
+			})
+			synctest.Wait() // in order: each asks once the one before has been let through or skipped
+		}
+		wg.Wait()
+		want := []string{"primary", "primary", "primary", "primary", "primary", "fallback"}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("answers 4s after the reading (-want +got):\n%s", diff)
+		}
+	})
+}
