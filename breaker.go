@@ -95,13 +95,19 @@ const DefaultCooldown = 30 * time.Second
 //     it lets the first call in line through, so that a fresh report
 //     comes back even after answers that carried none.
 //   - The tokens bucket paces by the same rules, its requests counted in
-//     what a request uses: the tokens the bucket lost between two
-//     reports over the requests let through between them (a drop the
-//     refill can only understate). A call is held back while what the
-//     bucket holds, less that use for each of the S requests, is less
-//     than that use for it and each call ahead of it, until the bucket
-//     has refilled enough, at the pace its reset implies. Until a use is
-//     known, tokens do not pace.
+//     what a request uses: its estimate ([Backend.Estimate]), charged
+//     when it is let through and settled by the usage its answer
+//     reports, or else the tokens the bucket lost between two reports
+//     over the requests let through between them (a drop the refill can
+//     only understate). What the bucket holds is what the report said
+//     plus what it has refilled since the report was read, at the pace
+//     its reset implies, never past its limit. A call is held back while
+//     that, less the use of each of the S requests, is less than its own
+//     use and that of each call ahead of it; once the bucket holds enough
+//     for one more, that one goes in any case. Anthropic's input and output
+//     buckets are counted the same way, by each request's estimate.
+//     Until a use is known, tokens do not pace. (The requests bucket
+//     counts no such refill: R − S, plus 1 once T has come.)
 //
 // Pacing does not replace the states above: a 429 with a retry-after
 // hint still opens the breaker for the hint, and while it is open or
