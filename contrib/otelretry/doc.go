@@ -39,7 +39,7 @@
 // span says which deployment the request went to, as llmretry.deployment
 // (the [llmretry.Deployment]'s Name), and why it was chosen, as
 // llmretry.deployment.chosen (an [llmretry.Chosen]); a skip names the
-// deployment whose breaker held the call back. The chain names the
+// deployment whose breaker held the call back, chosen as the soonest. The chain names the
 // deployment only in the attempt's record, so a request span starts as
 // the pool's and takes the deployment's name, model, provider (the
 // deployment's Provider, else the pool's, as for a backend) and

@@ -197,7 +197,7 @@ func TestSpanTree(t *testing.T) {
 		{
 			// A pool none of whose deployments can take the request is
 			// skipped, and its skip names the deployment whose breaker
-			// half-opens first.
+			// half-opens first, chosen as the soonest.
 			name: "pool_skipped",
 			scripts: map[string][]llmretrytest.Step{
 				"gpt-4o":      {llmretrytest.Status(500)},
@@ -224,6 +224,7 @@ func TestSpanTree(t *testing.T) {
 					{Name: "skip gpt-4o", Kind: "internal", Attrs: map[string]any{
 						"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
 						"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.deployment": "east",
+						"llmretry.deployment.chosen": "soonest",
 						"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "breaker",
 						"llmretry.skipped": true, "llmretry.retry_after": 3600.0,
 					}},
