@@ -223,8 +223,8 @@ func TestSpanTree(t *testing.T) {
 				return node{Name: "chat gpt-4o-mini", Kind: "client", Attrs: with(mini, answer("gpt-4o-mini", 2), srv), Children: []node{
 					{Name: "skip gpt-4o", Kind: "internal", Attrs: map[string]any{
 						"gen_ai.provider.name": "openai", "gen_ai.request.model": "gpt-4o",
-						"llmretry.backend": int64(0), "llmretry.try": int64(1), "llmretry.deployment": "east",
-						"llmretry.deployment.chosen": "soonest",
+						"llmretry.backend": int64(0), "llmretry.try": int64(1),
+						"llmretry.deployment": "east", "llmretry.deployment.chosen": "soonest",
 						"llmretry.kind": "transient", "llmretry.next": "fail_over", "llmretry.why": "breaker",
 						"llmretry.skipped": true, "llmretry.retry_after": 3600.0,
 					}},
