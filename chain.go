@@ -243,7 +243,9 @@ type Backend[Req, Resp any] struct {
 	// each call already waiting in its line, then the one with the fewest
 	// calls waiting for its Weight, then the first in order. Should that
 	// one not be waited for (it would not half-open within the bound that
-	// [Backend.Breaker] states), the next soonest is. Every record of a
+	// [Backend.Breaker] states), or its wait end in vain, the next soonest
+	// is, within the same bound: MaxWait counts from the first deployment
+	// waited for, as on one backend. Every record of a
 	// pool's requests, skips and waits names its deployment
 	// ([Attempt.Deployment]) and why it was chosen ([Attempt.Chosen]).
 	Pool []Deployment[Req, Resp]
@@ -930,8 +932,9 @@ func (r *run[Req, Resp]) bound(b *Backend[Req, Resp], bi, try int, now time.Time
 		// RetryAfter becomes the enclosing attempt's hint.
 		return began, end, r.skip(b, bi, try, time.Time{}, now, v, giveUp(why, last), why), false
 	}
-	// The last backend the call can try: wait for it, within the bound.
-	began, end = now, r.waitLimit(&b.Retry, now)
+	// The last backend the call can try: wait for it, within the bound,
+	// counted for a pool from its first deployment waited for.
+	began, end = now, r.waitLimit(&b.Retry, r.pool.waitFrom(now))
 	if d, bounded := r.waitsOf(&b.Retry); bounded && !v.hinted {
 		// Counted from when the call first came to the backend: without
 		// a breaker it would have been retrying it since.

@@ -232,10 +232,11 @@ type poolRun[Req, Resp any] struct {
 	costs    []cost     // what the call's request is estimated to use on each deployment
 	st       []standing // the deployments' standings, as last read
 	tried    []bool
-	cur      choice // the deployment of the last request, and why
-	waits    int    // the policy's waits taken so far in the call
-	hopping  bool   // the last failure goes on to the next deployment at once
-	settled  bool   // no deployment could take the request now: it waits for the soonest
+	cur      choice    // the deployment of the last request, and why
+	waits    int       // the policy's waits taken so far in the call
+	hopping  bool      // the last failure goes on to the next deployment at once
+	settled  bool      // no deployment could take the request now: it waits for the soonest
+	waitedAt time.Time // when the call began to wait for a deployment since the policy's last wait; zero: it has not
 }
 
 // newPoolRun starts b's part in a call of req: each deployment's Estimate
@@ -382,4 +383,20 @@ func (p *poolRun[Req, Resp]) waited() {
 	p.waits++
 	clear(p.tried)
 	p.settled = false
+	p.waitedAt = time.Time{}
+}
+
+// waitFrom is when the wait for a breaker that begins at now counts
+// from: for a pool, when the call began to wait for the first deployment
+// it waited for since the policy's last wait, so that waiting for one
+// deployment after another ends when MaxWait from the first has passed,
+// as it would on one backend; for a backend that is no pool (nil p), now.
+func (p *poolRun[Req, Resp]) waitFrom(now time.Time) time.Time {
+	if p == nil {
+		return now
+	}
+	if p.waitedAt.IsZero() {
+		p.waitedAt = now
+	}
+	return p.waitedAt
 }

@@ -502,3 +502,49 @@ func TestPoolEstimatesOnce(t *testing.T) {
 		}
 	})
 }
+
+// A pool is one backend: a call that waits for one deployment and then,
+// that wait in vain, for the next, waits no longer than MaxWait in all.
+// Here each deployment has none left of its provider's requests and one
+// long request in flight, so each holds calls until an answer comes.
+func TestPoolMaxWaitBoundsEveryDeployment(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		long := func(n int) (time.Duration, error) {
+			if n == 2 {
+				return time.Minute, nil
+			}
+			return 0, nil
+		}
+		da, db := newDesk("a", long), newDesk("b", long)
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		pa.Backend.Call = reporting(da, 10, 0, 30*sec) // none left, the next in 3s
+		pb.Backend.Call = reporting(db, 10, 0, 30*sec)
+		var wg sync.WaitGroup
+		for _, d := range []llmretry.Deployment[string, string]{pa, pb} {
+			one := &chain{Backends: []backend{d.Backend}}
+			if _, err := one.Do(t.Context(), "warm"); err != nil {
+				t.Fatalf("warm-up of %s: %v", d.Name, err)
+			}
+			wg.Go(func() {
+				time.Sleep(3 * sec) // once the next is admitted
+				if _, err := one.Do(t.Context(), "long"); err != nil {
+					t.Errorf("long request to %s: %v", d.Name, err)
+				}
+			})
+		}
+		time.Sleep(4 * sec)
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{sec}, MaxWait: sec}}}, OnAttempt: rec.on}
+		start := time.Now()
+		_, err := c.Do(t.Context(), "r")
+		if err == nil || time.Since(start) != sec {
+			t.Errorf("Do() = %v after %v, want an error after MaxWait, 1s", err, time.Since(start))
+		}
+		want := []string{"a:soonest:transient", "b:soonest:transient"}
+		if diff := cmp.Diff(want, where(rec.recs)); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+		wg.Wait()
+	})
+}
