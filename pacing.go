@@ -304,6 +304,7 @@ func (p *pacing) nextChange(now time.Time, c cost) time.Time {
 	for _, b := range p.tokenBuckets(c) {
 		_, t := tokensFor(b.reading, p.report.read, now, b.used, b.need)
 		soonest(t)
+		soonest(tokensNext(b.reading, p.report.read, now, b.used, b.need))
 	}
 	if w, ok := p.window(); ok {
 		soonest(p.report.sent.Add(w))
@@ -338,6 +339,26 @@ func tokensFor(tk bucketReading, read, now time.Time, used, use int64) (int64, t
 		return n, t
 	}
 	return max(n+1, floorDiv(tokensHeld(tk, read, now, used), use)), t
+}
+
+// tokensNext is when a tokens bucket, read at read as tk, once used more
+// tokens have been sent, holds enough for one request of use tokens more
+// than it holds at now, as it refills steadily to full at its reset: the
+// wake of a call that its refill will let through, once tokensFor's t,
+// the first such time, has passed. Zero when the refill does not bring
+// it before the reset, or its limit or reset is not known.
+func tokensNext(tk bucketReading, read, now time.Time, used, use int64) time.Time {
+	missing := tk.limit - tk.remaining
+	if tk.limit <= 0 || missing <= 0 || tk.reset <= 0 || use <= 0 {
+		return time.Time{}
+	}
+	held := tokensHeld(tk, read, now, used)
+	need := (max(floorDiv(held, use), 0)+1)*use - (tk.remaining - used) // to refill since the reading
+	if need > missing {
+		return time.Time{}
+	}
+	// Rounded up, never early; a float, as reset × need can overflow.
+	return read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
 }
 
 // tokensHeld is what a tokens bucket, read at read as tk, holds at now

@@ -201,6 +201,9 @@ func TestPaceTokens(t *testing.T) {
 		{name: "used_by_sent", use: use, tokens: 250, sent: 2, now: p0, want: false, wantUntil: refilled},
 		{name: "refilled", use: use, tokens: 250, sent: 2, now: refilled, want: true},
 		{name: "refilled_for_one", use: use, tokens: 250, sent: 2, ahead: 1, now: refilled, want: false},
+		// Three requests sent of 250 tokens overdraw the reading by 50:
+		// the next goes once 150 have come back, after 10s × 150/750.
+		{name: "overdrawn_refilled", use: use, tokens: 250, sent: 3, now: p0.Add(2 * time.Second), want: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -352,6 +355,39 @@ func TestPaceHeadroomCountsTokensRefill(t *testing.T) {
 			}
 			if got := b.pacing.headroom(p0.Add(tc.at)); got != tc.want {
 				t.Errorf("headroom() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A tokens bucket refilling since its reading lets one more request
+// through each time the refill makes up one request's use: nextChange
+// says when, so that a waiting call is woken then, not only at the first
+// such time. 100 of 1000 tokens left, full again in 9 s: 100 a second.
+func TestPaceNextChangeFollowsTokensRefill(t *testing.T) {
+	c := cost{in: 60, out: 40}
+	tests := []struct {
+		name string
+		sent int // requests of 100 tokens let through since the report
+		at   time.Duration
+		want time.Duration
+	}{
+		{name: "first_refill", sent: 1, at: 500 * time.Millisecond, want: time.Second},
+		{name: "second_refill", sent: 1, at: 1500 * time.Millisecond, want: 2 * time.Second},
+		{name: "overdrawn_refilling", sent: 3, at: 2500 * time.Millisecond, want: 3 * time.Second},
+		{name: "full_at_reset", sent: 1, at: 8500 * time.Millisecond, want: 9 * time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &Breaker{}
+			own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, c)
+			b.pacing.settle(p0, own.t, limitReport{sent: p0, read: p0,
+				tokens: bucketReading{known: true, limit: 1000, remaining: 100, reset: 9 * time.Second}}, true, cost{})
+			for i := range tc.sent {
+				b.letThrough(p0.Add(time.Duration(i+1)*time.Millisecond), verdict{pass: true}, c)
+			}
+			if got := b.pacing.nextChange(p0.Add(tc.at), c); !got.Equal(p0.Add(tc.want)) {
+				t.Errorf("nextChange() = +%v, want +%v", got.Sub(p0), tc.want)
 			}
 		})
 	}
