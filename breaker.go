@@ -314,7 +314,7 @@ func (b *Breaker) answer(now time.Time, w *waiter, c cost) (v verdict, take bool
 	switch {
 	case w == nil || w.gone:
 		// Not in line: after every call in it.
-		v = b.rules(now, b.line.waiting()+b.othersAhead(maxTime), c)
+		v = b.rules(now, b.allWaiting(), c)
 	case first == w:
 		v = b.rules(now, b.othersAhead(w.start), c)
 		if v.pass && now.Before(b.line.gate) {

@@ -128,7 +128,7 @@ func (b *Breaker) fleetAdmit(now time.Time, w *waiter, deadline time.Time, c cos
 	// holds it, or, when the view would let it go, by its turn.
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if v := b.rules(time.Now(), b.line.waiting()+b.othersAhead(maxTime), c); !v.pass {
+	if v := b.rules(time.Now(), b.allWaiting(), c); !v.pass {
 		return v
 	}
 	return b.onTurn()
@@ -776,6 +776,13 @@ func (b *Breaker) expireProcs(now time.Time) {
 // Store, none. b.mu is held.
 func (b *Breaker) othersAhead(start time.Time) int {
 	return b.linesAhead(start).calls
+}
+
+// allWaiting is how many calls stand before one that is not in line:
+// every call of this process's line, and, with a Store, of the other
+// processes' lines. b.mu is held.
+func (b *Breaker) allWaiting() int {
+	return b.line.waiting() + b.othersAhead(maxTime)
 }
 
 // linesBefore is what of other processes' lines stands before a call.

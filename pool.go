@@ -77,7 +77,7 @@ func (b *Breaker) standing(now time.Time, c cost) standing {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.line.advance(now)
-	k := b.line.waiting() + b.othersAhead(maxTime)
+	k := b.allWaiting()
 	v := b.rules(now, k, c)
 	s := standing{open: v.pass, headroom: 1, inFlight: b.pacing.inFlight(), ahead: int64(k)}
 	if !v.pass {
