@@ -329,12 +329,7 @@ func tokensFor(tk bucketReading, read, now time.Time, used, use int64) (int64, t
 	left := tk.remaining - used
 	n := floorDiv(left, use)
 	need := (n+1)*use - left // tokens missing for the next request
-	missing := tk.limit - tk.remaining
-	t := read.Add(tk.reset)
-	if tk.limit > 0 && missing > 0 && need < missing {
-		// Rounded up, never early; a float, as reset × need can overflow.
-		t = read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
-	}
+	t := refilled(tk, read, need)
 	if now.Before(t) {
 		return n, t
 	}
@@ -343,21 +338,23 @@ func tokensFor(tk bucketReading, read, now time.Time, used, use int64) (int64, t
 
 // tokensNext is when a tokens bucket, read at read as tk, once used more
 // tokens have been sent, holds enough for one request of use tokens more
-// than it holds at now, as it refills steadily to full at its reset: the
-// wake of a call that its refill will let through, once tokensFor's t,
-// the first such time, has passed. Zero when the refill does not bring
-// it before the reset, or its limit or reset is not known.
+// than it holds at now: the wake of a call that its refill will let
+// through, once tokensFor's t, the first such time, has passed.
 func tokensNext(tk bucketReading, read, now time.Time, used, use int64) time.Time {
-	missing := tk.limit - tk.remaining
-	if tk.limit <= 0 || missing <= 0 || tk.reset <= 0 || use <= 0 {
-		return time.Time{}
-	}
 	held := tokensHeld(tk, read, now, used)
-	need := (max(floorDiv(held, use), 0)+1)*use - (tk.remaining - used) // to refill since the reading
-	if need > missing {
-		return time.Time{}
+	return refilled(tk, read, (max(floorDiv(held, use), 0)+1)*use-(tk.remaining-used))
+}
+
+// refilled is when a tokens bucket, read at read as tk, has refilled need
+// tokens since, as it refills steadily to full at its reset: rounded up,
+// never early. Its reset when the refill cannot make them up, or its
+// limit is not known.
+func refilled(tk bucketReading, read time.Time, need int64) time.Time {
+	missing := tk.limit - tk.remaining
+	if tk.limit <= 0 || missing <= 0 || need >= missing {
+		return read.Add(tk.reset)
 	}
-	// Rounded up, never early; a float, as reset × need can overflow.
+	// A float, as reset × need can overflow.
 	return read.Add(time.Duration(math.Ceil(float64(tk.reset) * float64(need) / float64(missing))))
 }
 
