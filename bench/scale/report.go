@@ -65,7 +65,7 @@ var storeLoads = []string{"store, paced, 4 processes", "store, closing, 4 proces
 // WriteMarkdown writes the report's tables.
 func (r Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
-	b.WriteString("CPU of each load (median of three runs), and its growth from the smallest size; linear growth is the size's ratio.\n\n")
+	b.WriteString("CPU of one play of each load (the median of three measures, each over at least 20,000 calls), and its growth from the smallest size; linear growth is the size's ratio.\n\n")
 	b.WriteString("| calls |")
 	for _, l := range cpuLoads {
 		fmt.Fprintf(&b, " %s |", l)

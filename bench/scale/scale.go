@@ -67,12 +67,24 @@ func cpu() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// run measures fn, run in a bubble of its own.
+// minCalls is how many calls run measures at the least, over as many
+// plays of a load as that takes.
+const minCalls = 20000
+
+// run measures fn, run in a bubble of its own, and reports the CPU of one
+// play. It plays a small load as many times as minCalls calls take, and
+// divides: a single play of 250 calls takes a few milliseconds, within
+// the noise of the process's own work (a collection, the stacks grown
+// for a new size), and the growth from the smallest size would then say
+// more of that noise than of the load.
 func run(t *testing.T, load string, n int, fn func(r *Result)) Result {
 	r := Result{Load: load, Calls: n}
+	plays := max(1, minCalls/n)
 	start := cpu()
-	synctest.Test(t, func(*testing.T) { fn(&r) })
-	r.CPU = cpu() - start
+	for range plays {
+		synctest.Test(t, func(*testing.T) { fn(&r) })
+	}
+	r.CPU = (cpu() - start) / time.Duration(plays)
 	return r
 }
 
