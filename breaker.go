@@ -144,7 +144,7 @@ type Breaker struct {
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
 	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout
-	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store after its process last wrote; 0 means DefaultProbeLease
+	ProbeLease   time.Duration // how long a probe, a request let through or a place in line holds in Store after its process last wrote (a process with requests out writes before it runs out); 0 means DefaultProbeLease
 
 	mu      sync.Mutex
 	health  health

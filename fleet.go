@@ -690,6 +690,9 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 		}
 		f.inView = true
 	}
+	if r := b.renewal(); !r.IsZero() && !now.Before(r) {
+		b.entry(f.id).Lease = now.Add(b.lease())
+	}
 	for _, r := range batch {
 		if r.kind == toObserve {
 			c := change{at: r.now, observe: true, t: r.t, o: r.o}
@@ -744,6 +747,21 @@ func (b *Breaker) apply(c change) {
 	e.InFlight = max(e.InFlight-1, 0)
 	e.Est = e.Est.minus(costs{}.plus(c.t.cost)).atLeastZero()
 	b.settle(c.at, c.t, c.o)
+}
+
+// renewal is when this process writes to renew its entry's lease while
+// requests of its own are out, though it has nothing else to write: a
+// quarter of the lease before it runs out, for the others would then take
+// those requests as back while they still use the provider's buckets (an
+// agent's turn may stream for minutes). Zero while none are out, and
+// while the backend has never reported: its counts pace nothing yet (see
+// material). b.mu is held.
+func (b *Breaker) renewal() time.Time {
+	e := b.entry(b.fleet.id)
+	if e == nil || e.InFlight <= 0 || !b.pacing.has {
+		return time.Time{}
+	}
+	return e.Lease.Add(-b.lease() / 4)
 }
 
 // probeName is the owner name of the probe let through with ticket t.
@@ -881,9 +899,9 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 	w := b.line.first()
 	f.listen = false
 	if w == nil {
-		var next time.Time
+		next := b.renewal()
 		if e := b.line.ends.min(); e != nil {
-			next = e.end
+			next = earliest(next, e.end)
 		}
 		b.setTimer(now, next)
 		return
@@ -943,6 +961,7 @@ func (b *Breaker) scheduleFleet(now time.Time) {
 	}
 	// A process ahead that died holds the line until its lease runs out.
 	next = earliest(next, others.lease)
+	next = earliest(next, b.renewal())
 	if e := b.line.ends.min(); e != nil {
 		next = earliest(next, e.end)
 	}

@@ -310,6 +310,47 @@ func TestFleetRenewsALiveProcessLease(t *testing.T) {
 	})
 }
 
+// A process whose only business is a request in flight, longer than its
+// lease, keeps its entry alive all the same: an agent's turn may stream
+// for minutes. Here P's one request is out for 25 s, past its 10 s lease,
+// and P calls nothing else; Q's call at 20.5 s leaves it counted, and
+// once it is answered every request is back, once.
+func TestFleetKeepsAQuietProcessLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &llmretrytest.MemoryStore{Latency: ms}
+		call := reportingCall(func(req string) time.Duration {
+			if req == "long" {
+				return 25 * sec
+			}
+			return 0
+		})
+		process := func() *chain {
+			br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
+			return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+		}
+		p, q := process(), process()
+		q.Do(t.Context(), "quick") // the report that makes the fleet count requests
+		var wg sync.WaitGroup
+		wg.Go(func() { p.Do(t.Context(), "long") })
+		time.Sleep(20*sec + 500*ms)
+		before := storedTally(t, store, "k")
+		if before.Admitted-before.Back != 1 || before.InFlight != 1 {
+			t.Fatalf("stored at 20.5 s: %+v; want P's request in flight", before)
+		}
+		q.Do(t.Context(), "quick")
+		want := tally{before.Admitted + 1, before.Back + 1, 1} // Q's request, and P's still out
+		if diff := cmp.Diff(want, storedTally(t, store, "k")); diff != "" {
+			t.Errorf("stored after Q's call (-want +got):\n%s", diff)
+		}
+		wg.Wait()
+		q.Do(t.Context(), "quick")
+		after := storedTally(t, store, "k")
+		if after.Admitted != after.Back || after.InFlight != 0 {
+			t.Errorf("stored once every request is answered: %+v; want every request back, once", after)
+		}
+	})
+}
+
 // The lease of a process that died running out wakes the calls in line
 // behind it: here a half-open backend, whose probe is free, with a dead
 // process's line first until its lease ends at 10 s. The waiting call

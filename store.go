@@ -72,8 +72,10 @@ const DefaultStoreTimeout = 100 * time.Millisecond
 // DefaultProbeLease is how long a probe, any other request let through,
 // or a waiting call's place in line, of a [Breaker] with a Store, holds
 // after its process last wrote the state (every write renews it), when
-// ProbeLease is zero: longer than a model's slowest answer, so that a
-// process whose requests are still in flight is not taken for dead.
+// ProbeLease is zero. A process with requests still in flight writes a
+// quarter of the lease before it runs out, though it has nothing else to
+// write, so that a stream longer than the lease is not taken as back; a
+// process that dies is taken for dead once its lease has run out.
 const DefaultProbeLease = 2 * time.Minute
 
 // sharedFormat is the format of the state this version of the package
