@@ -236,7 +236,7 @@ type poolRun[Req, Resp any] struct {
 	waits    int       // the policy's waits taken so far in the call
 	hopping  bool      // the last failure goes on to the next deployment at once
 	settled  bool      // no deployment could take the request now: it waits for the soonest
-	waitedAt time.Time // when the call began to wait for a deployment since the policy's last wait; zero: it has not
+	waitedAt time.Time // when the call began to wait for a deployment since the policy's last wait or its last request; zero: it has not
 }
 
 // newPoolRun starts b's part in a call of req: each deployment's Estimate
@@ -335,6 +335,7 @@ func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool 
 		return false
 	}
 	p.hopping = false
+	p.waitedAt = time.Time{} // a request was sent: a wait after it is bounded from when it begins
 	switch {
 	case !aboutHealth(a.Kind) || r.nested:
 		return false
@@ -388,7 +389,7 @@ func (p *poolRun[Req, Resp]) waited() {
 
 // waitFrom is when the wait for a breaker that begins at now counts
 // from: for a pool, when the call began to wait for the first deployment
-// it waited for since the policy's last wait, so that waiting for one
+// it waited for since the policy's last wait or its last request sent, so that waiting for one
 // deployment after another ends when MaxWait from the first has passed,
 // as it would on one backend; for a backend that is no pool (nil p), now.
 func (p *poolRun[Req, Resp]) waitFrom(now time.Time) time.Time {

@@ -548,3 +548,32 @@ func TestPoolMaxWaitBoundsEveryDeployment(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A request sent between two waits starts the bound anew: the call that
+// waited for a from 0 s sent to it at 2 s, and that request failing at
+// 7 s goes on to b, which another caller's failure has just opened for
+// 1 s; the call waits that second, MaxWait counted from 7 s, not from
+// its first wait.
+func TestPoolWaitAfterASendHasItsOwnBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		down := llmretry.StatusFailure(http.StatusServiceUnavailable, nil, errors.New("down"))
+		da, db := newDesk("a", takes(5*sec, down)), newDesk("b", takes(0))
+		pa, pb := deployment("a", da, 0), deployment("b", db, 0)
+		pa.Backend.Breaker.Failures, pa.Backend.Breaker.Cooldown = 1, 2*sec
+		pb.Backend.Breaker.Failures, pb.Backend.Breaker.Cooldown = 1, 5*sec
+		trip(t, pa.Backend.Breaker, down)
+		trip(t, pb.Backend.Breaker, down)
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb},
+			Retry: llmretry.Policy{Waits: []time.Duration{30 * sec}, MaxWait: 3 * sec}}}}
+		c.OnAttempt = func(_ context.Context, a llmretry.Attempt) {
+			if a.Deployment == "a" && a.Err != nil {
+				trip(t, pb.Backend.Breaker, limited(1)) // b's probe, another caller's: open again for 1 s
+			}
+		}
+		start := time.Now()
+		got, err := c.Do(t.Context(), "r")
+		if err != nil || got != "b: r" || time.Since(start) != 8*sec {
+			t.Fatalf("Do() = %q, %v after %v, want b's answer after 8s", got, err, time.Since(start))
+		}
+	})
+}
