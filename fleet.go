@@ -57,6 +57,8 @@ type fleet struct {
 	watch     func()      // stops the watch; nil while none runs
 	probe     string      // the probe this process holds, by its owner name
 	probeAt   time.Time   // when that probe's lease runs out
+	leaseAt   time.Time   // this process's lease as the store holds it: its last write that landed, or its last load
+	renewFail time.Time   // when a renewal of the lease last failed to land; zero: none since
 
 	errs int64
 	down bool
@@ -356,6 +358,7 @@ func (b *Breaker) sync(batch []*request) {
 			b.mu.Lock()
 			b.adopt(st, ver, now)
 			if e := b.entry(f.id); e != nil {
+				f.leaseAt = e.Lease
 				// What a write whose answer was lost held is in the
 				// state if that write, or a later one, landed.
 				f.carry = slices.DeleteFunc(f.carry, func(c change) bool { return c.in != 0 && c.in <= e.Wseq })
@@ -370,7 +373,7 @@ func (b *Breaker) sync(batch []*request) {
 		d := b.decideBatch(now, batch)
 		after := b.view()
 		var next []byte
-		changed := !sameView(material(before, f.id), material(after, f.id))
+		changed := d.renew || !sameView(material(before, f.id), material(after, f.id))
 		if !changed && !sameView(before, after) {
 			// Only counts that matter once the backend reports, and how
 			// many of this process's calls wait: they go with the next
@@ -435,6 +438,9 @@ func (b *Breaker) sync(batch []*request) {
 			}
 			f.carry = append(f.carry, d.wrote...)
 			f.stale = true
+			if d.renew {
+				f.renewFail = now
+			}
 			b.fail(err)
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
@@ -442,6 +448,9 @@ func (b *Breaker) sync(batch []*request) {
 		case ok:
 			b.mu.Lock()
 			f.version = ver + 1
+			if e := b.entry(f.id); e != nil {
+				f.leaseAt, f.renewFail = e.Lease, time.Time{}
+			}
 			f.stale = f.watch == nil || f.changes != heard
 			f.carry = slices.Delete(f.carry, 0, held)
 			f.unwritten = len(f.carry) > 0
@@ -543,6 +552,9 @@ func (b *Breaker) decideLocally(now time.Time, batch []*request, err error) {
 	d := b.decideBatch(now, batch)
 	f.local = false
 	f.carry = append(f.carry, d.wrote...)
+	if d.renew {
+		f.renewFail = now
+	}
 	b.mu.Unlock()
 	b.deliver(batch, d, now)
 }
@@ -673,6 +685,7 @@ type syncDecision struct {
 	wrote []change
 	turn  lineTurn
 	takes []*waiter
+	renew bool // the lease is renewed: a write is due though nothing else changed
 }
 
 // decideBatch makes the decisions of batch on the view, at now: the
@@ -692,6 +705,7 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 	}
 	if r := b.renewal(); !r.IsZero() && !now.Before(r) {
 		b.entry(f.id).Lease = now.Add(b.lease())
+		d.renew = true
 	}
 	for _, r := range batch {
 		if r.kind == toObserve {
@@ -751,17 +765,24 @@ func (b *Breaker) apply(c change) {
 
 // renewal is when this process writes to renew its entry's lease while
 // requests of its own are out, though it has nothing else to write: a
-// quarter of the lease before it runs out, for the others would then take
-// those requests as back while they still use the provider's buckets (an
-// agent's turn may stream for minutes). Zero while none are out, and
+// quarter of the lease before it runs out in the store, for the others
+// would then take those requests as back while they still use the
+// provider's buckets (an agent's turn may stream for minutes); after a
+// renewal that failed to land, a sixteenth of the lease later, so that a
+// store that is down is not asked in a loop. Zero while none are out, and
 // while the backend has never reported: its counts pace nothing yet (see
 // material). b.mu is held.
 func (b *Breaker) renewal() time.Time {
-	e := b.entry(b.fleet.id)
+	f := b.fleet
+	e := b.entry(f.id)
 	if e == nil || e.InFlight <= 0 || !b.pacing.has {
 		return time.Time{}
 	}
-	return e.Lease.Add(-b.lease() / 4)
+	due := f.leaseAt.Add(-b.lease() / 4)
+	if !f.renewFail.Before(due) {
+		due = f.renewFail.Add(b.lease() / 16)
+	}
+	return due
 }
 
 // probeName is the owner name of the probe let through with ticket t.

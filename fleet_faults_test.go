@@ -351,6 +351,41 @@ func TestFleetKeepsAQuietProcessLease(t *testing.T) {
 	})
 }
 
+// A renewal the store failed to take is tried again before the lease
+// runs out: here the store fails from 7 s to 8 s, over P's renewal at
+// 7.5 s, and Q's call at 11 s still finds P's request counted.
+func TestFleetRenewsALeaseAfterAFailedRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &llmretrytest.MemoryStore{Latency: ms}
+		call := reportingCall(func(req string) time.Duration {
+			if req == "long" {
+				return 25 * sec
+			}
+			return 0
+		})
+		process := func() *chain {
+			br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
+			return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+		}
+		p, q := process(), process()
+		q.Do(t.Context(), "quick")
+		var wg sync.WaitGroup
+		wg.Go(func() { p.Do(t.Context(), "long") })
+		time.Sleep(7 * sec)
+		store.Fail(errors.New("store down"))
+		time.Sleep(sec)
+		store.Fail(nil)
+		time.Sleep(3 * sec)
+		before := storedTally(t, store, "k")
+		q.Do(t.Context(), "quick")
+		want := tally{before.Admitted + 1, before.Back + 1, 1} // Q's request, and P's still out
+		if diff := cmp.Diff(want, storedTally(t, store, "k")); diff != "" {
+			t.Errorf("stored after Q's call at 11 s (-want +got):\n%s", diff)
+		}
+		wg.Wait()
+	})
+}
+
 // The lease of a process that died running out wakes the calls in line
 // behind it: here a half-open backend, whose probe is free, with a dead
 // process's line first until its lease ends at 10 s. The waiting call
