@@ -27,6 +27,23 @@ func (u Usage) Add(v Usage) Usage {
 	}
 }
 
+// EstimateInputTokens estimates, without a tokenizer, the input tokens of
+// a request whose text (its messages, system prompt and tool definitions
+// as JSON) is textBytes bytes of UTF-8 in messages messages: a token for
+// every four bytes, rounded up, as the providers' rule of thumb of four
+// characters a token has it, and four tokens a message for its framing
+// (role and separators). It is what the adapters' [Backend].Estimate
+// count, and is there for an Estimate of your own. Bytes rather than
+// characters keep text in other scripts, two or three bytes a character
+// and often a token or more each, from being estimated at a quarter of a
+// token a character. The figure only has to keep a burst of requests
+// from overshooting a tokens-per-minute bucket before the provider's
+// first report, which corrects it.
+func EstimateInputTokens(textBytes, messages int) int64 {
+	const bytesPerToken, perMessage = 4, 4
+	return int64((textBytes+bytesPerToken-1)/bytesPerToken + perMessage*messages)
+}
+
 // ReportUsage tells the chain what the attempt running under ctx cost, as
 // the provider reported it: a response's usage block, or a stream's usage
 // event. The attempt's record carries it as [Attempt.Usage]. A Call's own

@@ -450,3 +450,24 @@ func TestUsageUnknownOfTimeout(t *testing.T) {
 		}
 	})
 }
+
+// The estimate of a request's input tokens: a token for every four bytes
+// of its text, rounded up, and four a message.
+func TestEstimateInputTokens(t *testing.T) {
+	tests := []struct {
+		bytes, messages int
+		want            int64
+	}{
+		{0, 0, 0},
+		{1, 0, 1},
+		{4, 0, 1},
+		{5, 0, 2},
+		{14, 1, 4 + 4},     // "You are terse."
+		{400, 3, 100 + 12}, // three messages of text in all 400 bytes
+	}
+	for _, tc := range tests {
+		if got := llmretry.EstimateInputTokens(tc.bytes, tc.messages); got != tc.want {
+			t.Errorf("EstimateInputTokens(%d, %d) = %d, want %d", tc.bytes, tc.messages, got, tc.want)
+		}
+	}
+}

@@ -7,29 +7,10 @@ import (
 	"github.com/llmretry/llmretry"
 )
 
-// The estimate of a request's input tokens, without a tokenizer: the
-// provider's next report corrects it anyway, and it only has to keep a
-// burst of requests from overshooting a tokens-per-minute bucket before
-// that report comes back.
-const (
-	// bytesPerToken: a token is about four characters of English text
-	// (Anthropic puts it at three and a half for Claude; the other
-	// adapters use four, and one rule across them is easier to reason
-	// about than a slightly closer one each). Counting UTF-8 bytes
-	// rather than characters keeps text in other scripts, of two or
-	// three bytes a character and often a token or more each, from being
-	// estimated at a quarter of a token a character.
-	bytesPerToken = 4
-	// perMessage is the framing of each message (its role, the
-	// separators), as OpenAI's counting guide has it, a few tokens.
-	perMessage = 4
-)
-
-// inputTokens is the estimate for text of n bytes in messages messages:
-// n / bytesPerToken, rounded up, plus perMessage a message.
-func inputTokens(n, messages int) int64 {
-	return int64((n+bytesPerToken-1)/bytesPerToken + perMessage*messages)
-}
+// A request's input tokens are estimated without a tokenizer
+// (llmretry.EstimateInputTokens): the provider's next report corrects the
+// figure anyway, and it only has to keep a burst of requests from
+// overshooting a tokens-per-minute bucket before that report comes back.
 
 // jsonBytes is the length of v as JSON, which is how tool definitions
 // and a tool call's input reach the model; 0 when it does not encode.
@@ -69,7 +50,7 @@ func estimate(p *anthropic.MessageNewParams) llmretry.Usage {
 	if len(p.Tools) > 0 {
 		n += jsonBytes(p.Tools)
 	}
-	return llmretry.Usage{InputTokens: inputTokens(n, messages), OutputTokens: max(p.MaxTokens, 0)}
+	return llmretry.Usage{InputTokens: llmretry.EstimateInputTokens(n, messages), OutputTokens: max(p.MaxTokens, 0)}
 }
 
 // blocksBytes is the length of the text of a message's content blocks:

@@ -7,29 +7,10 @@ import (
 	"google.golang.org/genai"
 )
 
-// The estimate of a request's input tokens, without a tokenizer (the
-// SDK's CountTokens is a request of its own, and its local tokenizer a
-// large download): the provider's next report corrects the estimate
-// anyway, and it only has to keep a burst of requests from overshooting
-// a tokens-per-minute bucket before that report comes back.
-const (
-	// bytesPerToken: Google puts a Gemini token at about four
-	// characters. Counting UTF-8 bytes rather than characters keeps text
-	// in other scripts, of two or three bytes a character and often a
-	// token or more each, from being estimated at a quarter of a token a
-	// character.
-	bytesPerToken = 4
-	// perMessage is the framing of each content (its role, the
-	// separators): a few tokens, as OpenAI's counting guide has it for
-	// its models.
-	perMessage = 4
-)
-
-// inputTokens is the estimate for text of n bytes in messages messages:
-// n / bytesPerToken, rounded up, plus perMessage a message.
-func inputTokens(n, messages int) int64 {
-	return int64((n+bytesPerToken-1)/bytesPerToken + perMessage*messages)
-}
+// A request's input tokens are estimated without a tokenizer
+// (llmretry.EstimateInputTokens): the provider's next report corrects the
+// figure anyway, and it only has to keep a burst of requests from
+// overshooting a tokens-per-minute bucket before that report comes back.
 
 // jsonBytes is the length of v as JSON, which is how tool declarations
 // and function calls' arguments reach the model; 0 when it does not
@@ -67,7 +48,7 @@ func estimate(contents []*genai.Content, config *genai.GenerateContentConfig) ll
 		// usage reported (OutputTokens holds them).
 		out = int64(max(config.MaxOutputTokens, 0)) * int64(max(config.CandidateCount, 1))
 	}
-	return llmretry.Usage{InputTokens: inputTokens(n, messages), OutputTokens: out}
+	return llmretry.Usage{InputTokens: llmretry.EstimateInputTokens(n, messages), OutputTokens: out}
 }
 
 // contentBytes is the length of the text of a content's parts: text

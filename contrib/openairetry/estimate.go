@@ -8,29 +8,10 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 )
 
-// The estimate of a request's input tokens, without a tokenizer: a
-// tokenizer per model would be a large dependency for a figure the
-// provider's next report corrects anyway. The estimate only has to keep
-// a burst of requests from overshooting a tokens-per-minute bucket before
-// the first report comes back.
-const (
-	// bytesPerToken: OpenAI's rule of thumb is a token for about four
-	// characters of English text. Counting UTF-8 bytes rather than
-	// characters keeps text in other scripts, of two or three bytes a
-	// character and often a token or more each, from being estimated at
-	// a quarter of a token a character.
-	bytesPerToken = 4
-	// perMessage is the framing of each message (its role, the
-	// separators): OpenAI's own counting guide gives 3 a message and 3 to
-	// prime the reply; 4 a message covers both for any conversation.
-	perMessage = 4
-)
-
-// inputTokens is the estimate for text of n bytes in messages messages:
-// n / bytesPerToken, rounded up, plus perMessage a message.
-func inputTokens(n, messages int) int64 {
-	return int64((n+bytesPerToken-1)/bytesPerToken + perMessage*messages)
-}
+// A request's input tokens are estimated without a tokenizer
+// (llmretry.EstimateInputTokens): the provider's next report corrects the
+// figure anyway, and it only has to keep a burst of requests from
+// overshooting a tokens-per-minute bucket before that report comes back.
 
 // jsonBytes is the length of v as JSON, which is how tool definitions
 // reach the model; 0 when it does not encode.
@@ -65,7 +46,7 @@ func chatEstimate(p *openai.ChatCompletionNewParams) llmretry.Usage {
 		// them all against the limit.
 		out *= p.N.Value
 	}
-	return llmretry.Usage{InputTokens: inputTokens(n, len(p.Messages)), OutputTokens: out}
+	return llmretry.Usage{InputTokens: llmretry.EstimateInputTokens(n, len(p.Messages)), OutputTokens: out}
 }
 
 // chatMessageBytes is the length of a message's text: its content's
@@ -138,7 +119,7 @@ func responsesEstimate(p *responses.ResponseNewParams) llmretry.Usage {
 	if p.MaxOutputTokens.Valid() {
 		out = p.MaxOutputTokens.Value
 	}
-	return llmretry.Usage{InputTokens: inputTokens(n, messages), OutputTokens: out}
+	return llmretry.Usage{InputTokens: llmretry.EstimateInputTokens(n, messages), OutputTokens: out}
 }
 
 // itemBytes is the length of an input item's text: a message's text and
