@@ -268,6 +268,20 @@ func TestFleetCountsRequestsLetThroughByAFailedWrite(t *testing.T) {
 	}
 }
 
+// leasedProcess is a process of the lease tests: a chain whose Breaker
+// shares store under "k" with a 10 s lease, on a backend that reports its
+// limits and answers "long" after 25 s and anything else at once.
+func leasedProcess(store *llmretrytest.MemoryStore) *chain {
+	call := reportingCall(func(req string) time.Duration {
+		if req == "long" {
+			return 25 * sec
+		}
+		return 0
+	})
+	br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
+	return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
+}
+
 // Every write of a process renews its lease: a live process's requests
 // in flight are never taken as back by another. Here process P keeps
 // three requests out for 25 s, past its 10 s lease, while it makes a
@@ -275,17 +289,7 @@ func TestFleetCountsRequestsLetThroughByAFailedWrite(t *testing.T) {
 func TestFleetRenewsALiveProcessLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &llmretrytest.MemoryStore{Latency: ms}
-		call := reportingCall(func(req string) time.Duration {
-			if req == "long" {
-				return 25 * sec
-			}
-			return 0
-		})
-		process := func() *chain {
-			br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
-			return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
-		}
-		p, q := process(), process()
+		p, q := leasedProcess(store), leasedProcess(store)
 		var wg sync.WaitGroup
 		for range 3 {
 			wg.Go(func() { p.Do(t.Context(), "long") })
@@ -318,17 +322,7 @@ func TestFleetRenewsALiveProcessLease(t *testing.T) {
 func TestFleetKeepsAQuietProcessLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &llmretrytest.MemoryStore{Latency: ms}
-		call := reportingCall(func(req string) time.Duration {
-			if req == "long" {
-				return 25 * sec
-			}
-			return 0
-		})
-		process := func() *chain {
-			br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
-			return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
-		}
-		p, q := process(), process()
+		p, q := leasedProcess(store), leasedProcess(store)
 		q.Do(t.Context(), "quick") // the report that makes the fleet count requests
 		var wg sync.WaitGroup
 		wg.Go(func() { p.Do(t.Context(), "long") })
@@ -357,17 +351,7 @@ func TestFleetKeepsAQuietProcessLease(t *testing.T) {
 func TestFleetRenewsALeaseAfterAFailedRenewal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &llmretrytest.MemoryStore{Latency: ms}
-		call := reportingCall(func(req string) time.Duration {
-			if req == "long" {
-				return 25 * sec
-			}
-			return 0
-		})
-		process := func() *chain {
-			br := &llmretry.Breaker{Store: store, Key: "k", ProbeLease: 10 * sec}
-			return &chain{Backends: []backend{{Model: "a", Call: call, Breaker: br}}}
-		}
-		p, q := process(), process()
+		p, q := leasedProcess(store), leasedProcess(store)
 		q.Do(t.Context(), "quick")
 		var wg sync.WaitGroup
 		wg.Go(func() { p.Do(t.Context(), "long") })
