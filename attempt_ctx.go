@@ -229,17 +229,18 @@ func ReportLimits(ctx context.Context, h http.Header) {
 func (a *attemptCtx) report(r limitReport) {
 	a.limitsMu.Lock()
 	defer a.limitsMu.Unlock()
-	if !a.hasLimits || fresher(r, a.limits) {
+	if !a.hasLimits || fresher(&r, &a.limits) {
 		a.limits, a.hasLimits = r, true
 	}
 }
 
-// reported is the attempt's freshest rate-limit report, and whether it
-// made one.
-func (a *attemptCtx) reported() (limitReport, bool) {
+// reported copies the attempt's freshest rate-limit report to dst, and
+// reports whether it made one.
+func (a *attemptCtx) reported(dst *limitReport) bool {
 	a.limitsMu.Lock()
 	defer a.limitsMu.Unlock()
-	return a.limits, a.hasLimits
+	*dst = a.limits
+	return a.hasLimits
 }
 
 // Standalone returns a context under which a Chain runs on its own: it

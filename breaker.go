@@ -424,7 +424,7 @@ func (b *Breaker) leave(w *waiter, deadline time.Time) {
 	now := time.Now()
 	if w.granted {
 		w.granted = false
-		b.settle(now, w.t, outcome{kind: KindCancelled})
+		b.settle(now, w.t, &outcome{kind: KindCancelled})
 	}
 	b.remove(w)
 	b.dispatch(now)
@@ -453,7 +453,7 @@ func (b *Breaker) join(start, ready time.Time, c cost) *waiter {
 
 // observe records how an attempt the breaker let through with ticket t
 // went, o, at now; cb is what of the call bounds it.
-func (b *Breaker) observe(now time.Time, t ticket, o outcome, cb callBounds) {
+func (b *Breaker) observe(now time.Time, t ticket, o *outcome, cb callBounds) {
 	o.capWaits(now, cb.maxWait)
 	if b.Store != nil {
 		b.fleetObserve(now, t, o, cb.deadline)
@@ -469,7 +469,7 @@ func (b *Breaker) observe(now time.Time, t ticket, o outcome, cb callBounds) {
 // outcome is its own only while it holds the probe: with a Store, once
 // its lease ran out another may probe, and this late outcome must not end
 // that one's.
-func (b *Breaker) settle(now time.Time, t ticket, o outcome) {
+func (b *Breaker) settle(now time.Time, t ticket, o *outcome) {
 	b.pacing.settle(now, t, o.rep, o.hasRep, o.used)
 	probe := t.probe
 	if f := b.fleet; f != nil && b.Store != nil {

@@ -512,7 +512,8 @@ func (c *Chain[Req, Resp]) do(ctx context.Context, req Req) (Resp, error) {
 	if ctx == nil {
 		return zero, &configError{"llmretry: context is nil"}
 	}
-	r := c.begin(ctx)
+	var r run[Req, Resp]
+	c.begin(ctx, &r)
 	for !r.plan.done() {
 		bi := r.plan.backend()
 		resp, l, err, final := r.backend(&c.Backends[bi], bi, req)
@@ -577,15 +578,14 @@ func (r *run[Req, Resp]) reportUsageUp(answer *Usage) {
 	}
 }
 
-// begin starts the state of one Do under ctx.
-func (c *Chain[Req, Resp]) begin(ctx context.Context) run[Req, Resp] {
-	r := run[Req, Resp]{c: c, ctx: ctx, plan: newPlan(len(c.Backends))}
+// begin sets up r, a zero run, for one Do under ctx.
+func (c *Chain[Req, Resp]) begin(ctx context.Context, r *run[Req, Resp]) {
+	r.c, r.ctx, r.plan = c, ctx, newPlan(len(c.Backends))
 	// Only the outermost retrying request retries: an LM that wraps an LM
 	// would otherwise turn k retries into (k+1)² requests.
 	r.parent, _ = ctx.Value(markKey{}).(*attemptCtx)
 	r.nested = r.parent != nil && r.parent.retrying
 	r.sink = sinkOf(ctx)
-	return r
 }
 
 // now reads the clock; the call's first reading is when it began.
@@ -649,13 +649,13 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 			// breaker: send nothing, and give the probe, if it was one, to
 			// the next call.
 			if target.Breaker != nil {
-				target.Breaker.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
+				target.Breaker.observe(time.Now(), t, &outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
 			}
 			r.keep(whyCtx(err))
 			return resp, l, r.fail(err, context.Cause(r.ctx)), true
 		}
 		if !ok {
-			if pool.skipped(r, skip, r.now()) {
+			if pool.skipped(r, &skip, r.now()) {
 				// To the pool's next-best deployment, at once: this one
 				// is closed to the request, not the pool. A skip that
 				// pacing decided still says so.
@@ -663,52 +663,103 @@ func (r *run[Req, Resp]) backend(b *Backend[Req, Resp], bi int, req Req) (resp R
 				if skip.Why != WhyPaced {
 					skip.Why = ""
 				}
-				r.hand(skip)
+				r.hand(&skip)
 				continue
 			}
-			r.hand(skip)
+			r.hand(&skip)
 			if skip.Next == NextStop {
 				r.keep("")
 				return resp, l, r.stopped(skip.Why), true
 			}
 			return resp, left{why: skip.Why, kind: skip.Kind, skipped: true}, nil, false
 		}
-		resp, a, end := r.attempt(target, bi, try, req, t)
+		st := r.sendOne(b, target, bi, try, req, t, c)
 		try++
-		if a.Err == nil {
-			r.keep("")
-			pool.name(&a)
-			r.notify(a)
-			r.reportUsageUp(a.Usage)
-			return resp, l, nil, true
+		if st.final || st.leave {
+			return st.resp, st.l, st.err, st.final
 		}
-		d := r.decide(b, a, end, pool.try(a.Try))
-		if pool.hop(r, a, d) {
-			// To the next-best deployment, at once: this one's health or
-			// limits failed the request, not the request itself.
-			d = decision{next: NextRetry, at: end.at}
-		}
-		a.Next, a.Why, a.RetryIn = d.next, d.why, d.wait
-		r.hand(a)
-		switch d.next {
-		case NextStop:
-			// The outcome is the state when the attempt ended, whatever
-			// happened during OnAttempt.
-			r.keep("")
-			return resp, l, r.fail(end.ctxErr, end.cause), true
-		case NextFailOver:
-			return resp, left{why: d.why, kind: a.Kind}, nil, false
-		}
-		if pool.hopped() {
-			continue
-		}
-		var cut Why
-		if line, cut = r.wait(target, d, c); cut != "" {
-			r.keep(cut)
-			return resp, l, r.fail(r.ctx.Err(), context.Cause(r.ctx)), true
-		}
-		pool.waited()
+		line = st.line
 	}
+}
+
+// step is where a request sent leaves the call: Do returns resp and err
+// (final), the call leaves the backend as l says (leave), or, neither, it
+// sends again, from line, its place in the breaker's line after its wait.
+type step[Resp any] struct {
+	resp  Resp
+	l     left
+	err   error
+	final bool
+	leave bool
+	line  *waiter
+}
+
+// sendOne sends try number try of the call on backend b to target (b
+// itself, or the deployment of b's pool chosen for it), let through with
+// ticket t, its request estimated at c, and carries out what follows: a
+// wait before the next try included. (Its frame holds the attempt's
+// values, tried: it is not on the stack of a call waiting in a breaker's
+// line before it sends.)
+func (r *run[Req, Resp]) sendOne(b, target *Backend[Req, Resp], bi, try int, req Req, t ticket, c cost) (st step[Resp]) {
+	var s tried[Resp]
+	r.attempt(target, bi, try, req, t, &s)
+	a, end := &s.a, &s.end
+	st.resp = s.resp
+	pool := r.pool
+	if a.Err == nil {
+		r.keep("")
+		pool.name(a)
+		r.notify(*a)
+		r.reportUsageUp(a.Usage)
+		st.final = true
+		return st
+	}
+	d := r.decide(b, a, end, pool.try(a.Try))
+	if pool.hop(r, a, d) {
+		// To the next-best deployment, at once: this one's health or
+		// limits failed the request, not the request itself.
+		d = decision{next: NextRetry, at: end.at}
+	}
+	a.Next, a.Why, a.RetryIn = d.next, d.why, d.wait
+	r.hand(a)
+	switch d.next {
+	case NextStop:
+		// The outcome is the state when the attempt ended, whatever
+		// happened during OnAttempt.
+		r.keep("")
+		st.err, st.final = r.fail(end.ctxErr, end.cause), true
+		return st
+	case NextFailOver:
+		st.l, st.leave = left{why: d.why, kind: a.Kind}, true
+		return st
+	}
+	if pool.hopped() {
+		return st
+	}
+	var cut Why
+	if st.line, cut = r.wait(target, d, c); cut != "" {
+		r.keep(cut)
+		st.err, st.final = r.fail(r.ctx.Err(), context.Cause(r.ctx)), true
+		return st
+	}
+	pool.waited()
+	return st
+}
+
+// tried is what one request sent came to: the backend's response, the
+// attempt's record, and the state of the world when its Call returned.
+// The caller owns it and the attempt fills it in. These values, and the
+// rate-limit reports and outcomes the Breaker is told, are large (a
+// record is 216 bytes, an end state 416, a report 296): passed by value
+// down Do's frames, and built in frames that stay on the stack under the
+// Call, they made every waiting call's stack 16 KB rather than 8
+// (BenchmarkWaitingInLine, BenchmarkParked). So they go by pointer, and
+// what is built after the Call returns is built in functions of its own
+// (record, tell).
+type tried[Resp any] struct {
+	resp Resp
+	a    Attempt
+	end  ended
 }
 
 // ended is the state of the world when an attempt's Call returned.
@@ -731,21 +782,29 @@ type ended struct {
 // attempt sends try number try to backend b and tells its breaker, if it
 // has one, how it went (t is the admission it gave), even when the
 // backend's Call panics.
-func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t ticket) (Resp, Attempt, ended) {
+func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t ticket, out *tried[Resp]) {
 	br := b.Breaker
 	if br == nil {
-		return r.send(b, bi, try, req)
+		r.send(b, bi, try, req, out)
+		return
 	}
 	finished := false
 	defer func() {
 		if !finished {
 			// Nothing was learned, but a probe must not hold the breaker
 			// half-open for good.
-			br.observe(time.Now(), t, outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
+			br.observe(time.Now(), t, &outcome{kind: KindCancelled}, r.boundsOf(&b.Retry))
 		}
 	}()
-	resp, a, end := r.send(b, bi, try, req)
+	r.send(b, bi, try, req, out)
 	finished = true
+	r.tell(br, b, t, out)
+}
+
+// tell tells br, backend b's breaker, how the attempt it let through with
+// ticket t went, as out records it.
+func (r *run[Req, Resp]) tell(br *Breaker, b *Backend[Req, Resp], t ticket, out *tried[Resp]) {
+	a, end := &out.a, &out.end
 	o := outcome{ok: a.Err == nil, kind: a.Kind, hint: a.RetryAfter, rep: end.limits, hasRep: end.hasLimits}
 	if u := a.Usage; u != nil {
 		o.used = cost{in: u.InputTokens, out: u.OutputTokens}
@@ -756,14 +815,13 @@ func (r *run[Req, Resp]) attempt(b *Backend[Req, Resp], bi, try int, req Req, t 
 		// report, if it made one, is as good as any.
 		o.ok, o.kind, o.hint = false, KindCancelled, 0
 	}
-	br.observe(end.at, t, o, r.boundsOf(&b.Retry))
-	return resp, a, end
+	br.observe(end.at, t, &o, r.boundsOf(&b.Retry))
 }
 
-// send makes one attempt of backend b and returns its response and
-// record. For a failure, the record has its Kind and details; decide sets
-// what follows.
-func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp, Attempt, ended) {
+// send makes one attempt of backend b, try number try, and fills in out
+// with its response and record. For a failure, the record has its Kind
+// and details; decide sets what follows.
+func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req, out *tried[Resp]) {
 	ctx := r.ctx
 	if r.c.OnAttemptStart != nil {
 		if hc := r.c.OnAttemptStart(ctx, bi, modelName(b.Model), try); hc != nil {
@@ -771,50 +829,45 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 		}
 	}
 	mark := &attemptCtx{Context: ctx, parent: r.parent, retrying: r.nested || len(b.Retry.Waits) > 0, sink: r.sink, cont: r.cont}
-	start := r.now()
-	mark.sent = start
-	resp, err, own := b.callLimited(mark, req)
+	mark.sent = r.now()
+	var err error
+	var own bool
+	out.resp, err, own = b.callLimited(mark, req)
+	r.record(b, bi, try, mark, err, own, out)
+}
+
+// record fills in out's record and end state: of attempt mark, try
+// number try of backend b (index bi), whose Call returned err; own
+// reports that the backend's Timeout or StallTimeout ended it.
+func (r *run[Req, Resp]) record(b *Backend[Req, Resp], bi, try int, mark *attemptCtx, err error, own bool, out *tried[Resp]) {
+	start := mark.sent
 	emitted, resume, resumeSet := mark.end()
 	elapsed := time.Since(start)
-	end := ended{
+	out.end = ended{
 		at: start.Add(elapsed), ctxErr: r.ctx.Err(), own: own, output: mark.output.Load(),
 		emitted: emitted, bare: mark.bare.Load(), resume: resume, resumeSet: resumeSet,
 	}
-	a := Attempt{
+	out.a = Attempt{
 		Backend: bi, Model: modelName(b.Model), Try: try, Err: err,
 		Start: start, Elapsed: elapsed, Delivered: mark.delivered.Load(), Restarted: r.restarting,
 	}
+	a, end := &out.a, &out.end
 	if r.cont != nil {
 		a.ContinuedFrom = len(r.cont.Text)
 	}
 	r.cont, r.restarting = nil, false
 	r.took(bi, end)
 	if b.Breaker != nil {
-		end.limits, end.hasLimits = mark.reported()
+		end.hasLimits = mark.reported(&end.limits)
 	}
 	if err == nil {
 		a.Usage = mark.cost(nil, nil)
-		return resp, a, end
+		return
 	}
 	kind, d := outcomeOf(err)
 	a.Usage = mark.cost(d.usage, err)
 	if d.limits != nil && b.Breaker != nil {
-		// StatusFailure read the headers without knowing the send. A
-		// Failure built before the attempt (a fake's, say) was read
-		// earlier still: its times move with its read, never early.
-		rep := *d.limits
-		if shift := start.Sub(rep.read); shift > 0 {
-			rep.read = start
-			rep.retryAt = shiftTime(rep.retryAt, shift)
-			rep.requests.next = shiftTime(rep.requests.next, shift)
-			rep.tokens.next = shiftTime(rep.tokens.next, shift)
-			rep.inputTokens.next = shiftTime(rep.inputTokens.next, shift)
-			rep.outputTokens.next = shiftTime(rep.outputTokens.next, shift)
-		}
-		rep.sent = start
-		if !end.hasLimits || fresher(rep, end.limits) {
-			end.limits, end.hasLimits = rep, true
-		}
+		end.addFailureReport(d.limits, start)
 	}
 	a.Status, a.RawText, a.RetryAfter = d.status, capRaw(d.raw, r.c.MaxRawText), d.hint
 	switch {
@@ -834,7 +887,6 @@ func (r *run[Req, Resp]) send(b *Backend[Req, Resp], bi, try int, req Req) (Resp
 	if a.Kind == KindCancelled && end.cause == nil {
 		end.cause = err // the backend reported the withdrawal
 	}
-	return resp, a, end
 }
 
 // admit asks backend b's breaker whether try number try may be sent, and
@@ -967,11 +1019,32 @@ func (r *run[Req, Resp]) handLetThrough(br *Breaker, t ticket, cb callBounds, a 
 	handed := false
 	defer func() {
 		if !handed {
-			br.observe(time.Now(), t, outcome{kind: KindCancelled}, cb)
+			br.observe(time.Now(), t, &outcome{kind: KindCancelled}, cb)
 		}
 	}()
-	r.hand(a)
+	r.hand(&a)
 	handed = true
+}
+
+// addFailureReport adds the rate-limit report of the attempt's Failure,
+// of the request sent at start, to e's, when it is the fresher.
+// StatusFailure read the headers without knowing the send. A Failure
+// built before the attempt (a fake's, say) was read earlier still: its
+// times move with its read, never early.
+func (e *ended) addFailureReport(l *limitReport, start time.Time) {
+	rep := *l
+	if shift := start.Sub(rep.read); shift > 0 {
+		rep.read = start
+		rep.retryAt = shiftTime(rep.retryAt, shift)
+		rep.requests.next = shiftTime(rep.requests.next, shift)
+		rep.tokens.next = shiftTime(rep.tokens.next, shift)
+		rep.inputTokens.next = shiftTime(rep.inputTokens.next, shift)
+		rep.outputTokens.next = shiftTime(rep.outputTokens.next, shift)
+	}
+	rep.sent = start
+	if !e.hasLimits || fresher(&rep, &e.limits) {
+		e.limits, e.hasLimits = rep, true
+	}
 }
 
 // shiftTime is t moved later by d; the zero time, which means none, stays.
@@ -1121,7 +1194,7 @@ type decision struct {
 // decide decides what follows failed attempt a of backend b, which ended
 // as end says; try is the number by which b's policy reads its next wait
 // (a.Try, but for a pool: see poolRun.try).
-func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended, try int) decision {
+func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a *Attempt, end *ended, try int) decision {
 	d := r.decideUsual(b, a, end, try)
 	if r.holds() && r.mayRecover() && d.why != WhyDelivered && d.why != WhyCancelled && d.why != WhyDeadline {
 		d = r.recover(b, a, end, d)
@@ -1132,7 +1205,7 @@ func (r *run[Req, Resp]) decide(b *Backend[Req, Resp], a Attempt, end ended, try
 // decideUsual decides what follows failed attempt a of backend b by the
 // rules for an answer the caller holds nothing of; one it holds part of
 // ends the call, unless the call may go on from it (recover).
-func (r *run[Req, Resp]) decideUsual(b *Backend[Req, Resp], a Attempt, end ended, try int) decision {
+func (r *run[Req, Resp]) decideUsual(b *Backend[Req, Resp], a *Attempt, end *ended, try int) decision {
 	var why Why
 	switch {
 	case a.Kind == KindCancelled:
@@ -1315,11 +1388,12 @@ func (r *run[Req, Resp]) wait(b *Backend[Req, Resp], d decision, c cost) (*waite
 // hand hands record a to OnAttempt, once Do has decided what follows it.
 // Do keeps it when it carries the decision out (keep). On a pool, the
 // record names the deployment it is of, and why it was chosen.
-func (r *run[Req, Resp]) hand(a Attempt) {
+func (r *run[Req, Resp]) hand(a *Attempt) {
 	r.keep("")
-	r.pool.name(&a)
-	r.pending, r.handed = a, true
-	r.notify(a)
+	r.pending = *a
+	r.handed = true
+	r.pool.name(&r.pending)
+	r.notify(r.pending)
 }
 
 // keep adds the record handed last, if any, to the call's records. cut,
@@ -1327,6 +1401,11 @@ func (r *run[Req, Resp]) hand(a Attempt) {
 // record's retry or fail-over was carried out: the kept record then says
 // that Do stopped, for that reason, even though OnAttempt was told
 // otherwise.
+//
+// It is never inlined: each inlined copy holds a copy of the record in its
+// caller's frame (1.3 KB over Do's frames; see tried).
+//
+//go:noinline
 func (r *run[Req, Resp]) keep(cut Why) {
 	if !r.handed {
 		return

@@ -74,7 +74,7 @@ var ErrCannotContinue = errors.New("llmretry: the backend cannot continue the an
 
 // took adds what an attempt of backend bi delivered, and the resume state
 // it left, to what the call holds.
-func (r *run[Req, Resp]) took(bi int, end ended) {
+func (r *run[Req, Resp]) took(bi int, end *ended) {
 	if end.bare {
 		r.bare = true
 	}
@@ -137,7 +137,7 @@ func (r *run[Req, Resp]) laterCanContinue(bi int) bool {
 // backend that can continue, or stops as it would have without
 // recovery. A continuation the backend refused is treated as a
 // transient failure would be, by a restart.
-func (r *run[Req, Resp]) recover(b *Backend[Req, Resp], a Attempt, end ended, d decision) decision {
+func (r *run[Req, Resp]) recover(b *Backend[Req, Resp], a *Attempt, end *ended, d decision) decision {
 	bi := a.Backend
 	stop := decision{next: NextStop, why: WhyDelivered, at: end.at}
 	failOver := decision{next: NextFailOver, why: WhyCannotContinue, at: end.at}

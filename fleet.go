@@ -214,8 +214,8 @@ func (b *Breaker) fleetLeave(w *waiter, deadline time.Time) {
 }
 
 // fleetObserve is observe with a Store.
-func (b *Breaker) fleetObserve(now time.Time, t ticket, o outcome, deadline time.Time) {
-	b.await(&request{kind: toObserve, now: now, t: t, o: o}, deadline)
+func (b *Breaker) fleetObserve(now time.Time, t ticket, o *outcome, deadline time.Time) {
+	b.await(&request{kind: toObserve, now: now, t: t, o: *o}, deadline)
 }
 
 // fleetTick is tick with a Store.
@@ -760,7 +760,7 @@ func (b *Breaker) apply(c change) {
 	}
 	e.InFlight = max(e.InFlight-1, 0)
 	e.Est = e.Est.minus(costs{}.plus(c.t.cost)).atLeastZero()
-	b.settle(c.at, c.t, c.o)
+	b.settle(c.at, c.t, &c.o)
 }
 
 // renewal is when this process writes to renew its entry's lease while

@@ -43,7 +43,7 @@ func (o *outcome) capWaits(now time.Time, maxWait time.Duration) {
 // observe learns outcome o, of the half-open probe when probe is set,
 // at now; failures and cooldown are the Breaker's settings, defaults
 // applied. It reports whether the outcome closed an open breaker.
-func (h *health) observe(now time.Time, probe bool, o outcome, failures int, cooldown time.Duration) (closed bool) {
+func (h *health) observe(now time.Time, probe bool, o *outcome, failures int, cooldown time.Duration) (closed bool) {
 	if probe {
 		h.probing = false
 	}

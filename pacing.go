@@ -145,12 +145,12 @@ func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool, u
 			p.over = p.over.plus(over)
 		}
 	}
-	if !hasRep || (p.has && !fresher(rep, p.report)) {
+	if !hasRep || (p.has && !fresher(&rep, &p.report)) {
 		return
 	}
 	first := !p.has
 	if !first {
-		p.learnTokenUse(rep, t)
+		p.learnTokenUse(&rep, t)
 	}
 	p.report, p.has, p.reportSeq, p.reportBase = rep, true, t.seq, min(t.base, t.seq-1)
 	p.reportEst, p.reportOwn = t.estBase, costs{}.plus(t.cost)
@@ -172,7 +172,7 @@ func (p *pacing) settle(now time.Time, t ticket, rep limitReport, hasRep bool, u
 // requests let through between the two. The bucket refills meanwhile, so
 // the drop can only understate the use; a drop that is not positive says
 // nothing, and the last use learned stays.
-func (p *pacing) learnTokenUse(rep limitReport, t ticket) {
+func (p *pacing) learnTokenUse(rep *limitReport, t ticket) {
 	old := p.report.tokens
 	if !old.known || !rep.tokens.known || t.seq <= p.reportSeq {
 		return

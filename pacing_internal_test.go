@@ -320,7 +320,7 @@ func TestPaceRetryAfterCappedByMaxWait(t *testing.T) {
 	}
 	b := &Breaker{}
 	own := b.letThrough(p0.Add(-time.Millisecond), verdict{pass: true}, cost{})
-	b.observe(p0, own.t, outcome{kind: KindTransient, rep: rep, hasRep: true}, callBounds{maxWait: 30 * time.Second})
+	b.observe(p0, own.t, &outcome{kind: KindTransient, rep: rep, hasRep: true}, callBounds{maxWait: 30 * time.Second})
 	if got := b.State().NextAdmission; got.After(p0.Add(30 * time.Second)) {
 		t.Errorf("State().NextAdmission = %v after the report, want at most MaxWait (30s)", got.Sub(p0))
 	}

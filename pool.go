@@ -330,7 +330,7 @@ func (p *poolRun[Req, Resp]) try(sent int) int {
 // now: a failure about the deployment's health or limits, in a call that
 // retries (not nested), with MaxTries and the reserve allowing another
 // request, and another deployment to take it. A nil p is no pool.
-func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a Attempt, d decision) bool {
+func (p *poolRun[Req, Resp]) hop(r *run[Req, Resp], a *Attempt, d decision) bool {
 	if p == nil {
 		return false
 	}
@@ -365,7 +365,7 @@ func (p *poolRun[Req, Resp]) hopped() bool { return p != nil && p.hopping }
 // and, when the pool is the last backend the call can try, while any is
 // left: the one that may take it soonest is waited for next. A skip for
 // the caller's deadline or cancel never does. A nil p is no pool.
-func (p *poolRun[Req, Resp]) skipped(r *run[Req, Resp], skip Attempt, now time.Time) bool {
+func (p *poolRun[Req, Resp]) skipped(r *run[Req, Resp], skip *Attempt, now time.Time) bool {
 	if p == nil || (skip.Why != WhyBreaker && skip.Why != WhyPaced) {
 		return false
 	}

@@ -350,7 +350,7 @@ func parseResetTime(v string, read time.Time) (time.Duration, bool) {
 // says fewer requests remain. A report of no requests bucket ranks below
 // one of the same send that has one: it says nothing of the rate the
 // Breaker paces.
-func fresher(a, b limitReport) bool {
+func fresher(a, b *limitReport) bool {
 	if c := a.sent.Compare(b.sent); c != 0 {
 		return c > 0
 	}
@@ -359,7 +359,7 @@ func fresher(a, b limitReport) bool {
 
 // rank orders reports of one send: the fewer requests remaining, the
 // lower; a report without a requests reading last.
-func rank(r limitReport) int64 {
+func rank(r *limitReport) int64 {
 	if !r.requests.known {
 		return maxUnits + 1
 	}
