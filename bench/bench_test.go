@@ -592,6 +592,91 @@ func BenchmarkParked(b *testing.B) {
 	}
 }
 
+// BenchmarkWaitingInLine measures what one call waiting in a Breaker's
+// line costs while it waits, as BenchmarkParked does for a retry wait:
+// many calls come to a backend whose breaker is open for 30 seconds, each
+// waits in line for it to close (it is their last backend), and the live
+// heap, objects and goroutine stack per waiting call are reported
+// (B/waiting, allocs/waiting, stack-B/waiting) before every call is
+// cancelled. The peers have no line, so only llmretry is measured. Under
+// GODEBUG=adaptivestackstart=0 (run.sh) the stack figure is the size the
+// runtime grew each goroutine's stack to.
+func BenchmarkWaitingInLine(b *testing.B) {
+	n := 100_000
+	if testing.Short() {
+		n = 10_000
+	}
+	warmGoroutines(n)
+	var heap, objects, stack float64
+	rounds := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		h, o, st := lineRound(b, n)
+		heap, objects, stack = heap+h, objects+o, stack+st
+		rounds++
+	}
+	b.ReportMetric(heap/float64(rounds), "B/waiting")
+	b.ReportMetric(objects/float64(rounds), "allocs/waiting")
+	b.ReportMetric(stack/float64(rounds), "stack-B/waiting")
+}
+
+// lineRound opens a Breaker, has n calls wait in its line, and returns the
+// live heap bytes, objects and stack bytes per waiting call.
+func lineRound(b *testing.B, n int) (heap, objects, stack float64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sent atomic.Int64
+	chain := &llmretry.Chain[*state, int]{Backends: []llmretry.Backend[*state, int]{{
+		Model: "m",
+		Call: func(context.Context, *state) (int, error) {
+			sent.Add(1)
+			return 0, errTransient
+		},
+		Retry:   llmretry.Policy{Waits: []time.Duration{time.Minute}},
+		Breaker: &llmretry.Breaker{Failures: 1, Cooldown: 30 * time.Second},
+	}}}
+	// One failure opens it; the call's own retry then waits in the line.
+	opened := make(chan struct{})
+	go func() {
+		close(opened)
+		chain.Do(ctx, nil)
+	}()
+	<-opened
+	for sent.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	var returned atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		go func() {
+			defer wg.Done()
+			if _, err := chain.Do(ctx, nil); err != nil {
+				returned.Add(1)
+			}
+		}()
+	}
+	// Every call is in line once the breaker has seen it: give them time
+	// to get there, then check that none was sent or returned.
+	time.Sleep(50 * time.Millisecond)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	early, got := returned.Load(), sent.Load()
+	cancel()
+	wg.Wait()
+	if early != 0 || got != 1 {
+		b.Fatalf("%d of %d calls returned and %d requests were sent before the cancel: want every call waiting, one request", early, n, got)
+	}
+	perCall := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / float64(n) }
+	return perCall(after.HeapAlloc, before.HeapAlloc),
+		perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees),
+		perCall(after.StackInuse, before.StackInuse)
+}
+
 // warmGoroutines runs n goroutines at once and lets them end, so that the
 // runtime keeps n goroutine descriptors for reuse and the first library
 // measured does not pay for them.
