@@ -646,35 +646,14 @@ func lineRound(b *testing.B, n int) (heap, objects, stack float64) {
 		time.Sleep(time.Millisecond)
 	}
 
-	var returned atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(n)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range n {
-		go func() {
-			defer wg.Done()
-			if _, err := chain.Do(ctx, nil); err != nil {
-				returned.Add(1)
-			}
-		}()
+	p := park(n, func() error { _, err := chain.Do(ctx, nil); return err }, func() {
+		// Every call is in line once the breaker has seen it.
+		time.Sleep(50 * time.Millisecond)
+	}, cancel)
+	if got := sent.Load(); p.early != 0 || got != 1 {
+		b.Fatalf("%d of %d calls returned and %d requests were sent before the cancel: want every call waiting, one request", p.early, n, got)
 	}
-	// Every call is in line once the breaker has seen it: give them time
-	// to get there, then check that none was sent or returned.
-	time.Sleep(50 * time.Millisecond)
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	early, got := returned.Load(), sent.Load()
-	cancel()
-	wg.Wait()
-	if early != 0 || got != 1 {
-		b.Fatalf("%d of %d calls returned and %d requests were sent before the cancel: want every call waiting, one request", early, n, got)
-	}
-	perCall := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / float64(n) }
-	return perCall(after.HeapAlloc, before.HeapAlloc),
-		perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees),
-		perCall(after.StackInuse, before.StackInuse)
+	return p.heap, p.objects, p.stack
 }
 
 // warmGoroutines runs n goroutines at once and lets them end, so that the
@@ -699,13 +678,43 @@ func warmGoroutines(n int) {
 func parkRound(b *testing.B, lib library, n int) (heap, objects, stack float64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var reached, returned atomic.Int64
+	var reached atomic.Int64
 	call := func(context.Context, *state) (int, error) {
 		reached.Add(1)
 		return 0, lib.transient
 	}
 	do := lib.build(plan{ctx: ctx, calls: []callFunc{call}, tries: 2, wait: parkWait})
+	p := park(n, func() error { _, err := do(ctx, nil); return err }, func() {
+		for reached.Load() < int64(n) {
+			time.Sleep(time.Millisecond)
+		}
+		// Every call has failed once; the last few still step from the
+		// failed attempt into the wait.
+		time.Sleep(20 * time.Millisecond)
+	}, cancel)
+	if p.early != 0 {
+		b.Fatalf("%s: %d of %d calls returned before the cancel: they did not wait", lib.name, p.early, n)
+	}
+	if p.failed != int64(n) {
+		b.Fatalf("%s: %d of %d cancelled calls returned an error", lib.name, p.failed, n)
+	}
+	return p.heap, p.objects, p.stack
+}
 
+// parked is what n calls waiting at once cost, per call, and how they
+// ended.
+type parked struct {
+	heap, objects, stack float64 // live heap bytes, heap objects and goroutine stack bytes per call
+	early                int64   // calls that returned before the cancel: they did not wait
+	failed               int64   // calls that returned an error, the cancelled ones included
+}
+
+// park runs n calls of do at once, measures them once waiting has
+// returned (every call is then waiting), then cancels them and waits for
+// every one to return.
+func park(n int, do func() error, waiting func(), cancel context.CancelFunc) parked {
+	var p parked
+	var returned, failed atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(n)
 	var before, after runtime.MemStats
@@ -714,32 +723,25 @@ func parkRound(b *testing.B, lib library, n int) (heap, objects, stack float64) 
 	for range n {
 		go func() {
 			defer wg.Done()
-			if _, err := do(ctx, nil); err != nil {
-				returned.Add(1)
+			err := do()
+			returned.Add(1)
+			if err != nil {
+				failed.Add(1)
 			}
 		}()
 	}
-	for reached.Load() < int64(n) {
-		time.Sleep(time.Millisecond)
-	}
-	// Every call has failed once; the last few still step from the failed
-	// attempt into the wait.
-	time.Sleep(20 * time.Millisecond)
+	waiting()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	early := returned.Load()
+	p.early = returned.Load()
 	cancel()
 	wg.Wait()
-	if early != 0 {
-		b.Fatalf("%s: %d of %d calls returned before the cancel: they did not wait", lib.name, early, n)
-	}
-	if got := returned.Load(); got != int64(n) {
-		b.Fatalf("%s: %d of %d cancelled calls returned an error", lib.name, got, n)
-	}
+	p.failed = failed.Load()
 	perCall := func(a, b uint64) float64 { return float64(int64(a)-int64(b)) / float64(n) }
-	return perCall(after.HeapAlloc, before.HeapAlloc),
-		perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees),
-		perCall(after.StackInuse, before.StackInuse)
+	p.heap = perCall(after.HeapAlloc, before.HeapAlloc)
+	p.objects = perCall(after.Mallocs-after.Frees, before.Mallocs-before.Frees)
+	p.stack = perCall(after.StackInuse, before.StackInuse)
+	return p
 }
 
 // BenchmarkWaitPrecision asks each library for one wait of 1ms, 10ms and
