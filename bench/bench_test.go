@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"slices"
 	"sync"
@@ -592,40 +593,49 @@ func BenchmarkParked(b *testing.B) {
 	}
 }
 
-// BenchmarkWaitingInLine measures what one call waiting in a Breaker's
-// line costs while it waits, as BenchmarkParked does for a retry wait:
-// many calls come to a backend whose breaker is open for 30 seconds, each
-// waits in line for it to close (it is their last backend), and the live
-// heap, objects and goroutine stack per waiting call are reported
-// (B/waiting, allocs/waiting, stack-B/waiting) before every call is
-// cancelled. The peers have no line, so only llmretry is measured. Under
-// GODEBUG=adaptivestackstart=0 (run.sh) the stack figure is the size the
-// runtime grew each goroutine's stack to.
-func BenchmarkWaitingInLine(b *testing.B) {
+// BenchmarkWaiting measures what one call waiting behind a Breaker costs
+// while it waits, as BenchmarkParked does for a retry wait without one: the
+// live heap, objects and goroutine stack per waiting call (B/waiting,
+// allocs/waiting, stack-B/waiting), read once every call waits, before all
+// are cancelled. in_line: calls come to a backend whose breaker is open and
+// wait in its line for it to close (it is their last backend). retry: calls
+// whose request failed with a 503 and its rate-limit headers, the breaker
+// staying closed, wait to send again. The peers have no Breaker, so only
+// llmretry is measured. Under GODEBUG=adaptivestackstart=0 (run.sh) the
+// stack figure is the size the runtime grew each goroutine's stack to.
+func BenchmarkWaiting(b *testing.B) {
 	n := 100_000
 	if testing.Short() {
 		n = 10_000
 	}
 	warmGoroutines(n)
-	var heap, objects, stack float64
-	rounds := 0
-	b.ReportAllocs()
-	for b.Loop() {
-		h, o, st := lineRound(b, n)
-		heap, objects, stack = heap+h, objects+o, stack+st
-		rounds++
+	for _, w := range []struct {
+		name  string
+		round func(*testing.B, int) parked
+	}{{"in_line", lineRound}, {"retry", breakerRetryRound}} {
+		b.Run(w.name, func(b *testing.B) {
+			var heap, objects, stack float64
+			rounds := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				p := w.round(b, n)
+				heap, objects, stack = heap+p.heap, objects+p.objects, stack+p.stack
+				rounds++
+			}
+			b.ReportMetric(heap/float64(rounds), "B/waiting")
+			b.ReportMetric(objects/float64(rounds), "allocs/waiting")
+			b.ReportMetric(stack/float64(rounds), "stack-B/waiting")
+		})
 	}
-	b.ReportMetric(heap/float64(rounds), "B/waiting")
-	b.ReportMetric(objects/float64(rounds), "allocs/waiting")
-	b.ReportMetric(stack/float64(rounds), "stack-B/waiting")
 }
 
-// lineRound opens a Breaker, has n calls wait in its line, and returns the
-// live heap bytes, objects and stack bytes per waiting call.
-func lineRound(b *testing.B, n int) (heap, objects, stack float64) {
+// lineRound opens a Breaker, has n calls wait in its line, and measures
+// them.
+func lineRound(b *testing.B, n int) parked {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var sent atomic.Int64
+	br := &llmretry.Breaker{Failures: 1, Cooldown: 30 * time.Second}
 	chain := &llmretry.Chain[*state, int]{Backends: []llmretry.Backend[*state, int]{{
 		Model: "m",
 		Call: func(context.Context, *state) (int, error) {
@@ -633,27 +643,76 @@ func lineRound(b *testing.B, n int) (heap, objects, stack float64) {
 			return 0, errTransient
 		},
 		Retry:   llmretry.Policy{Waits: []time.Duration{time.Minute}},
-		Breaker: &llmretry.Breaker{Failures: 1, Cooldown: 30 * time.Second},
+		Breaker: br,
 	}}}
-	// One failure opens it; the call's own retry then waits in the line.
-	opened := make(chan struct{})
+	// One failure opens it; that call's retry then waits in the line too.
+	opener := make(chan struct{})
 	go func() {
-		close(opened)
+		defer close(opener)
 		chain.Do(ctx, nil)
 	}()
-	<-opened
-	for sent.Load() == 0 {
+	for !br.State().Open {
 		time.Sleep(time.Millisecond)
 	}
-
-	p := park(n, func() error { _, err := chain.Do(ctx, nil); return err }, func() {
-		// Every call is in line once the breaker has seen it.
-		time.Sleep(50 * time.Millisecond)
-	}, cancel)
-	if got := sent.Load(); p.early != 0 || got != 1 {
-		b.Fatalf("%d of %d calls returned and %d requests were sent before the cancel: want every call waiting, one request", p.early, n, got)
+	p := park(n, func() error { _, err := chain.Do(ctx, nil); return err }, untilQuiet, cancel)
+	<-opener
+	if got := sent.Load(); p.early != 0 || p.failed != int64(n) || got != 1 {
+		b.Fatalf("%d of %d calls returned before the cancel, %d with an error, and %d requests were sent: want every call waiting until cancelled, one request", p.early, n, p.failed, got)
 	}
-	return p.heap, p.objects, p.stack
+	return p
+}
+
+// errLimited is a 503 with OpenAI's rate-limit headers, far from the limit:
+// the Breaker that sees it learns a report and stays closed.
+var errLimited error = llmretry.StatusFailure(503, http.Header{
+	"X-Ratelimit-Limit-Requests":     {"10000000"},
+	"X-Ratelimit-Remaining-Requests": {"9999999"},
+	"X-Ratelimit-Reset-Requests":     {"6ms"},
+}, nil)
+
+// breakerRetryRound has n calls fail once through a Breaker that stays
+// closed, each telling it a rate-limit report, and measures them waiting
+// for their retry.
+func breakerRetryRound(b *testing.B, n int) parked {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sent atomic.Int64
+	chain := &llmretry.Chain[*state, int]{Backends: []llmretry.Backend[*state, int]{{
+		Model: "m",
+		Call: func(context.Context, *state) (int, error) {
+			sent.Add(1)
+			return 0, errLimited
+		},
+		Retry:   llmretry.Policy{Waits: []time.Duration{parkWait}},
+		Breaker: &llmretry.Breaker{Failures: 1 << 30},
+	}}}
+	p := park(n, func() error { _, err := chain.Do(ctx, nil); return err }, func() {
+		for sent.Load() < int64(n) {
+			time.Sleep(time.Millisecond)
+		}
+		untilQuiet()
+	}, cancel)
+	if got := sent.Load(); p.early != 0 || p.failed != int64(n) || got != int64(n) {
+		b.Fatalf("%d of %d calls returned before the cancel, %d with an error, and %d requests were sent: want every call sent once, then waiting until cancelled", p.early, n, p.failed, got)
+	}
+	return p
+}
+
+// untilQuiet returns once nothing has been allocated for 20 ms: the calls
+// started have all come to their wait.
+func untilQuiet() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	last := m.Mallocs
+	for quiet := 0; quiet < 2; {
+		time.Sleep(10 * time.Millisecond)
+		runtime.ReadMemStats(&m)
+		if m.Mallocs == last {
+			quiet++
+		} else {
+			quiet, last = 0, m.Mallocs
+		}
+	}
 }
 
 // warmGoroutines runs n goroutines at once and lets them end, so that the

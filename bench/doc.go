@@ -32,6 +32,11 @@
 //     objects (allocs/parked) and goroutine stack bytes (stack-B/parked)
 //     each parked call holds. run.sh sets GODEBUG=adaptivestackstart=0 so
 //     that stacks start at 2 KiB whatever ran before.
+//   - Waiting/{in_line,retry}: llmretry alone (the peers have no Breaker):
+//     many calls waiting in the line of an open Breaker, and many waiting
+//     for their retry after a failure that told a Breaker a rate-limit
+//     report; the same figures per waiting call (B/waiting,
+//     allocs/waiting, stack-B/waiting).
 //   - WaitPrecision/{1ms,10ms,100ms}: the real clock; reports how far each
 //     library's wait overshoots the asked length (over-p50-ns, over-p99-ns),
 //     with direct using time.Sleep as the reference.

@@ -23,7 +23,8 @@ mkdir -p "$(dirname "$OUT")"
 BENCHSTAT=golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
 # Goroutines start on a fixed 2 KiB stack, not one sized from earlier GCs,
-# so that Parked's stack-B/parked compares libraries fairly in one process.
+# so that Parked's stack-B/parked compares libraries fairly in one process,
+# and Waiting's stack-B/waiting is the size each call's stack grew to.
 export GODEBUG="${GODEBUG:+$GODEBUG,}adaptivestackstart=0"
 
 args=(test -run '^$' -bench "$BENCH" -benchmem -count "$COUNT")
