@@ -697,9 +697,8 @@ type step[Resp any] struct {
 // sendOne sends try number try of the call on backend b to target (b
 // itself, or the deployment of b's pool chosen for it), let through with
 // ticket t, its request estimated at c, and carries out what follows: a
-// wait before the next try included. (Its frame holds the attempt's
-// values, tried: it is not on the stack of a call waiting in a breaker's
-// line before it sends.)
+// wait before the next try included. It holds the attempt's values (see
+// tried), off the stack of a call waiting in a breaker's line.
 func (r *run[Req, Resp]) sendOne(b, target *Backend[Req, Resp], bi, try int, req Req, t ticket, c cost) (st step[Resp]) {
 	var s tried[Resp]
 	r.attempt(target, bi, try, req, t, &s)
@@ -753,7 +752,7 @@ func (r *run[Req, Resp]) sendOne(b, target *Backend[Req, Resp], bi, try int, req
 // record is 216 bytes, an end state 416, a report 296): passed by value
 // down Do's frames, and built in frames that stay on the stack under the
 // Call, they made every waiting call's stack 16 KB rather than 8
-// (BenchmarkWaitingInLine, BenchmarkParked). So they go by pointer, and
+// (BenchmarkWaiting, BenchmarkParked). So they go by pointer, and
 // what is built after the Call returns is built in functions of its own
 // (record, tell).
 type tried[Resp any] struct {
@@ -1403,7 +1402,9 @@ func (r *run[Req, Resp]) hand(a *Attempt) {
 // otherwise.
 //
 // It is never inlined: each inlined copy holds a copy of the record in its
-// caller's frame (1.3 KB over Do's frames; see tried).
+// caller's frame (see tried), and inlined, a call that failed through a
+// Breaker waits for its retry on a 16 KB stack, not 8
+// (BenchmarkWaiting/retry).
 //
 //go:noinline
 func (r *run[Req, Resp]) keep(cut Why) {
