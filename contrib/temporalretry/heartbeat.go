@@ -129,7 +129,17 @@ func (b *beater) ended(record json.RawMessage) {
 		// are lost all the same, and the guess stands.
 		ctx = context.WithoutCancel(ctx)
 	}
-	activity.RecordHeartbeat(ctx, ledger{V: ledgerVersion, Runs: b.runs, Record: record, Ended: true})
+	l := ledger{V: ledgerVersion, Runs: b.runs, Record: record, Ended: true}
+	// Twice: the SDK batches heartbeats, and its batching goroutine may
+	// have taken an earlier heartbeat's details to send just as this one
+	// went out at once; the earlier then lands after this one and stays,
+	// and the next run would read its guess instead of the outcome. The
+	// second call comes after that goroutine's (which waited on the
+	// SDK's lock through this one's send) and is what the SDK keeps, and
+	// sends as the activity fails. When nothing raced, it is the same
+	// details sent once more.
+	activity.RecordHeartbeat(ctx, l)
+	activity.RecordHeartbeat(ctx, l)
 	b.last = time.Now()
 }
 
