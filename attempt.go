@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/llmretry/llmretry/internal/jsontype"
 )
 
 // Attempt is the record of one request to one backend. The chain's errors
@@ -291,7 +293,7 @@ func (a *Attempt) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return fmt.Errorf("llmretry: decoding attempt: want an object, got %s", jsonType(data))
+			return fmt.Errorf("llmretry: decoding attempt: want an object, got %s", jsontype.Of(data))
 		}
 		return fmt.Errorf("llmretry: decoding attempt: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -299,7 +301,7 @@ func (a *Attempt) UnmarshalJSON(data []byte) error {
 	for i := range attemptFields {
 		f := &attemptFields[i]
 		v, ok := raw[f.key]
-		if !ok || jsonType(v) == "null" {
+		if !ok || jsontype.Of(v) == "null" {
 			continue
 		}
 		if err := f.read(&got, v); err != nil {
@@ -386,8 +388,8 @@ var attemptFields = [...]attemptField{
 			return append(b, '"'), nil
 		},
 		read: func(a *Attempt, v []byte) error {
-			if jsonType(v) != "string" {
-				return fmt.Errorf("want an RFC 3339 time, got %s", jsonType(v))
+			if jsontype.Of(v) != "string" {
+				return fmt.Errorf("want an RFC 3339 time, got %s", jsontype.Of(v))
 			}
 			// RFC 3339 holds years 0 to 9999 and offsets in minutes under
 			// a day: whatever parses, MarshalJSON writes back as it was.
@@ -416,7 +418,7 @@ var attemptFields = [...]attemptField{
 			return append(b, u...), err
 		},
 		read: func(a *Attempt, v []byte) error {
-			if t := jsonType(v); t != "object" {
+			if t := jsontype.Of(v); t != "object" {
 				return fmt.Errorf("want an object, got %s", t)
 			}
 			var u Usage
@@ -443,7 +445,7 @@ func intField(key string, omit func(*Attempt) bool, field func(*Attempt) *int) a
 			return strconv.AppendInt(b, int64(*field(a)), 10), nil
 		},
 		read: func(a *Attempt, v []byte) error {
-			if t := jsonType(v); t != "number" {
+			if t := jsontype.Of(v); t != "number" {
 				return fmt.Errorf("want a number, got %s", t)
 			}
 			n, err := strconv.ParseInt(string(v), 10, strconv.IntSize)
@@ -484,7 +486,7 @@ func boolField(key string, omit func(*Attempt) bool, field func(*Attempt) *bool)
 			return strconv.AppendBool(b, *field(a)), nil
 		},
 		read: func(a *Attempt, v []byte) error {
-			if t := jsonType(v); t != "boolean" {
+			if t := jsontype.Of(v); t != "boolean" {
 				return fmt.Errorf("want true or false, got %s", t)
 			}
 			*field(a) = v[0] == 't'
@@ -502,7 +504,7 @@ func durationField(key string, omit func(*Attempt) bool, field func(*Attempt) *t
 			return appendMillis(b, *field(a)), nil
 		},
 		read: func(a *Attempt, v []byte) error {
-			if t := jsonType(v); t != "number" {
+			if t := jsontype.Of(v); t != "number" {
 				return fmt.Errorf("want a number of milliseconds, got %s", t)
 			}
 			d, ok := parseMillis(string(v))
@@ -524,7 +526,7 @@ func appendString(b []byte, s string) []byte {
 
 // readString reads a JSON string value.
 func readString(v []byte) (string, error) {
-	if t := jsonType(v); t != "string" {
+	if t := jsontype.Of(v); t != "string" {
 		return "", fmt.Errorf("want a string, got %s", t)
 	}
 	var s string
@@ -532,28 +534,6 @@ func readString(v []byte) (string, error) {
 		return "", fmt.Errorf("want a string, got %s", shown(v)) // not reached: the object parsed
 	}
 	return s, nil
-}
-
-// jsonType names the type of a JSON value from its first byte, as the
-// JSON spec names them.
-func jsonType(v []byte) string {
-	v = bytes.TrimLeft(v, " \t\r\n")
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	}
-	return "number"
 }
 
 // shown is a value as an error message quotes it: at most 40 bytes, with

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/llmretry/llmretry/internal/jsontype"
 )
 
 // DecodeError reads back the record that json.Marshal wrote for one of the
@@ -107,7 +109,7 @@ var outcomes = map[string]bool{"exhausted": true, "truncated": true, "timed_out"
 // attempt at fault, without the package's prefix.
 func readErrorRecord(data []byte) (errorRecord, error) {
 	var rec errorRecord
-	if t := jsonType(data); t != "object" {
+	if t := jsontype.Of(data); t != "object" {
 		if err := json.Unmarshal(data, new(any)); err != nil {
 			return rec, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 		}
@@ -130,7 +132,7 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 	}
 	rec.outcome = s
 	if v, ok := raw["attempts"]; ok && !isNull(v) {
-		if t := jsonType(v); t != "array" {
+		if t := jsontype.Of(v); t != "array" {
 			return rec, fmt.Errorf(`field "attempts": want an array, got %s`, t)
 		}
 		var list []json.RawMessage
@@ -138,7 +140,7 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 			return rec, fmt.Errorf(`field "attempts": %s`, strings.TrimPrefix(err.Error(), "json: ")) // not reached: the object parsed
 		}
 		for i, item := range list {
-			if t := jsonType(item); t != "object" {
+			if t := jsontype.Of(item); t != "object" {
 				return rec, fmt.Errorf("attempts[%d]: want an object, got %s", i, t)
 			}
 			var a Attempt

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/internal/jsontype"
 )
 
 // Why says why an item is dead, as its [DeadLetter] records it.
@@ -197,7 +198,7 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 	if err := json.Unmarshal(data, &raw); err != nil {
 		var typeErr *json.UnmarshalTypeError
 		if errors.As(err, &typeErr) {
-			return d, fmt.Errorf("want an object, got %s", jsonType(data))
+			return d, fmt.Errorf("want an object, got %s", jsontype.Of(data))
 		}
 		return d, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
@@ -205,16 +206,16 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 		return d, errors.New("want an object, got null")
 	}
 	id, ok := raw["id"]
-	if !ok || jsonType(id) == "null" {
+	if !ok || jsontype.Of(id) == "null" {
 		return d, errors.New(`no "id" key`)
 	}
 	if d.ID, ok = jsonString(id); !ok {
-		return d, fmt.Errorf(`field "id": want a string, got %s`, jsonType(id))
+		return d, fmt.Errorf(`field "id": want a string, got %s`, jsontype.Of(id))
 	}
-	if v, ok := raw["why"]; ok && jsonType(v) != "null" {
+	if v, ok := raw["why"]; ok && jsontype.Of(v) != "null" {
 		why, ok := jsonString(v)
 		if !ok {
-			return d, fmt.Errorf(`field "why": want a string, got %s`, jsonType(v))
+			return d, fmt.Errorf(`field "why": want a string, got %s`, jsontype.Of(v))
 		}
 		d.Why = Why(why)
 	}
@@ -228,10 +229,10 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 	if d.Err, err = readRunError(raw["error"]); err != nil {
 		return d, fmt.Errorf(`field "error": %s`, err)
 	}
-	if v, ok := raw["earlier"]; ok && jsonType(v) != "null" {
+	if v, ok := raw["earlier"]; ok && jsontype.Of(v) != "null" {
 		var list []json.RawMessage
 		if err := json.Unmarshal(v, &list); err != nil {
-			return d, fmt.Errorf(`field "earlier": want an array, got %s`, jsonType(v))
+			return d, fmt.Errorf(`field "earlier": want an array, got %s`, jsontype.Of(v))
 		}
 		for i, e := range list {
 			runErr, err := readRunError(e)
@@ -247,10 +248,10 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 // readCount reads the non-negative integer under key; 0 when absent.
 func readCount(raw map[string]json.RawMessage, key string) (int, error) {
 	v, ok := raw[key]
-	if !ok || jsonType(v) == "null" {
+	if !ok || jsontype.Of(v) == "null" {
 		return 0, nil
 	}
-	if t := jsonType(v); t != "number" {
+	if t := jsontype.Of(v); t != "number" {
 		return 0, fmt.Errorf("field %q: want a number, got %s", key, t)
 	}
 	n, err := strconv.Atoi(string(v))
@@ -263,10 +264,10 @@ func readCount(raw map[string]json.RawMessage, key string) (int, error) {
 // readRunError reads one run's error as errorJSON wrote it; absent or
 // null is nil.
 func readRunError(v json.RawMessage) (error, error) {
-	if v == nil || jsonType(v) == "null" {
+	if v == nil || jsontype.Of(v) == "null" {
 		return nil, nil
 	}
-	if jsonType(v) == "object" {
+	if jsontype.Of(v) == "object" {
 		var fields map[string]json.RawMessage
 		if err := json.Unmarshal(v, &fields); err != nil {
 			return nil, errors.New(strings.TrimPrefix(err.Error(), "json: "))
@@ -298,7 +299,7 @@ func readRunError(v json.RawMessage) (error, error) {
 // string.
 func jsonString(v json.RawMessage) (string, bool) {
 	var s string
-	if jsonType(v) != "string" || json.Unmarshal(v, &s) != nil {
+	if jsontype.Of(v) != "string" || json.Unmarshal(v, &s) != nil {
 		return "", false
 	}
 	return s, true
@@ -312,25 +313,4 @@ func chainOutcome(outcome string) bool {
 		return true
 	}
 	return false
-}
-
-// jsonType names the type of a JSON value from its first byte.
-func jsonType(v []byte) string {
-	v = bytes.TrimLeft(v, " \t\r\n")
-	if len(v) == 0 {
-		return "nothing"
-	}
-	switch v[0] {
-	case '"':
-		return "string"
-	case '{':
-		return "object"
-	case '[':
-		return "array"
-	case 't', 'f':
-		return "boolean"
-	case 'n':
-		return "null"
-	}
-	return "number"
 }

@@ -1,0 +1,27 @@
+// Package jsontype names the type of a JSON value, for the decoders'
+// error messages: "want a string, got number".
+package jsontype
+
+import "bytes"
+
+// Of names the type of JSON value v from its first byte, as the JSON
+// spec names them, and "nothing" for a value that is only space.
+func Of(v []byte) string {
+	v = bytes.TrimLeft(v, " \t\r\n")
+	if len(v) == 0 {
+		return "nothing"
+	}
+	switch v[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
