@@ -3,6 +3,7 @@ package temporalretry
 import (
 	"context"
 	"encoding/json"
+	"runtime"
 	"sync"
 	"time"
 
@@ -133,12 +134,14 @@ func (b *beater) ended(record json.RawMessage) {
 	// Twice: the SDK batches heartbeats, and its batching goroutine may
 	// have taken an earlier heartbeat's details to send just as this one
 	// went out at once; the earlier then lands after this one and stays,
-	// and the next run would read its guess instead of the outcome. The
-	// second call comes after that goroutine's (which waited on the
-	// SDK's lock through this one's send) and is what the SDK keeps, and
-	// sends as the activity fails. When nothing raced, it is the same
-	// details sent once more.
+	// and the next run would read its guess instead of the outcome. That
+	// goroutine waits on the SDK's lock through this one's send; yielding
+	// lets it take the lock first, so that the second call comes after it
+	// and is what the SDK keeps, and sends as the activity fails. (The
+	// SDK offers no way to wait for it: this makes the race rare, not
+	// impossible.) When nothing raced, it is the same details once more.
 	activity.RecordHeartbeat(ctx, l)
+	runtime.Gosched()
 	activity.RecordHeartbeat(ctx, l)
 	b.last = time.Now()
 }
