@@ -286,7 +286,7 @@ func (a Attempt) MarshalJSON() ([]byte, error) {
 // failed decoding leaves a unchanged. JSON null leaves a unchanged too, as
 // encoding/json does.
 func (a *Attempt) UnmarshalJSON(data []byte) error {
-	if string(bytes.TrimSpace(data)) == "null" {
+	if jsontype.IsNull(data) {
 		return nil
 	}
 	var raw map[string]json.RawMessage
@@ -301,7 +301,7 @@ func (a *Attempt) UnmarshalJSON(data []byte) error {
 	for i := range attemptFields {
 		f := &attemptFields[i]
 		v, ok := raw[f.key]
-		if !ok || jsontype.Of(v) == "null" {
+		if !ok || jsontype.IsNull(v) {
 			continue
 		}
 		if err := f.read(&got, v); err != nil {

@@ -1,7 +1,6 @@
 package llmretry
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,7 +29,7 @@ import (
 // record, starts with "llmretry: decoding error record: " and names what
 // was wrong (a key, an attempt by its index), and the first is then nil.
 func DecodeError(data []byte) (error, error) {
-	if isNull(data) {
+	if jsontype.IsNull(data) {
 		return nil, nil
 	}
 	rec, err := readErrorRecord(data)
@@ -81,7 +80,7 @@ func (c *Cancelled) UnmarshalJSON(data []byte) error {
 // unmarshalRecord decodes data as the record of outcome and hands it to
 // set; null sets nothing.
 func unmarshalRecord(data []byte, outcome string, set func(errorRecord)) error {
-	if isNull(data) {
+	if jsontype.IsNull(data) {
 		return nil
 	}
 	rec, err := readErrorRecord(data)
@@ -120,7 +119,7 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 		return rec, errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
 	v, ok := raw["outcome"]
-	if !ok || isNull(v) {
+	if !ok || jsontype.IsNull(v) {
 		return rec, errors.New(`no "outcome" key`)
 	}
 	s, err := readString(v)
@@ -131,7 +130,7 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 		return rec, fmt.Errorf("unknown outcome %s", shown(v))
 	}
 	rec.outcome = s
-	if v, ok := raw["attempts"]; ok && !isNull(v) {
+	if v, ok := raw["attempts"]; ok && !jsontype.IsNull(v) {
 		if t := jsontype.Of(v); t != "array" {
 			return rec, fmt.Errorf(`field "attempts": want an array, got %s`, t)
 		}
@@ -152,7 +151,7 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 	}
 	// Only a TimedOut and a Cancelled write a cause; the key is ignored
 	// on the others, as any other key they do not write.
-	if v, ok := raw["cause"]; ok && !isNull(v) && (rec.outcome == "timed_out" || rec.outcome == "cancelled") {
+	if v, ok := raw["cause"]; ok && !jsontype.IsNull(v) && (rec.outcome == "timed_out" || rec.outcome == "cancelled") {
 		s, err := readString(v)
 		if err != nil {
 			return rec, fmt.Errorf(`field "cause": %s`, err)
@@ -170,6 +169,3 @@ func readErrorRecord(data []byte) (errorRecord, error) {
 func decodeErr(err error) error {
 	return fmt.Errorf("llmretry: decoding error record: %s", err)
 }
-
-// isNull reports whether data is JSON null.
-func isNull(data []byte) bool { return string(bytes.TrimSpace(data)) == "null" }

@@ -206,13 +206,13 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 		return d, errors.New("want an object, got null")
 	}
 	id, ok := raw["id"]
-	if !ok || jsontype.Of(id) == "null" {
+	if !ok || jsontype.IsNull(id) {
 		return d, errors.New(`no "id" key`)
 	}
 	if d.ID, ok = jsonString(id); !ok {
 		return d, fmt.Errorf(`field "id": want a string, got %s`, jsontype.Of(id))
 	}
-	if v, ok := raw["why"]; ok && jsontype.Of(v) != "null" {
+	if v, ok := raw["why"]; ok && !jsontype.IsNull(v) {
 		why, ok := jsonString(v)
 		if !ok {
 			return d, fmt.Errorf(`field "why": want a string, got %s`, jsontype.Of(v))
@@ -229,7 +229,7 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 	if d.Err, err = readRunError(raw["error"]); err != nil {
 		return d, fmt.Errorf(`field "error": %s`, err)
 	}
-	if v, ok := raw["earlier"]; ok && jsontype.Of(v) != "null" {
+	if v, ok := raw["earlier"]; ok && !jsontype.IsNull(v) {
 		var list []json.RawMessage
 		if err := json.Unmarshal(v, &list); err != nil {
 			return d, fmt.Errorf(`field "earlier": want an array, got %s`, jsontype.Of(v))
@@ -248,7 +248,7 @@ func readDeadLetter(data []byte) (DeadLetter, error) {
 // readCount reads the non-negative integer under key; 0 when absent.
 func readCount(raw map[string]json.RawMessage, key string) (int, error) {
 	v, ok := raw[key]
-	if !ok || jsontype.Of(v) == "null" {
+	if !ok || jsontype.IsNull(v) {
 		return 0, nil
 	}
 	if t := jsontype.Of(v); t != "number" {
@@ -264,7 +264,7 @@ func readCount(raw map[string]json.RawMessage, key string) (int, error) {
 // readRunError reads one run's error as errorJSON wrote it; absent or
 // null is nil.
 func readRunError(v json.RawMessage) (error, error) {
-	if v == nil || jsontype.Of(v) == "null" {
+	if v == nil || jsontype.IsNull(v) {
 		return nil, nil
 	}
 	if jsontype.Of(v) == "object" {

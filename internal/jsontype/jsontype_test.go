@@ -3,14 +3,47 @@ package jsontype
 import "testing"
 
 func TestOf(t *testing.T) {
-	for in, want := range map[string]string{
-		``: "nothing", " \n\t": "nothing",
-		`"a"`: "string", ` {}`: "object", `[1]`: "array",
-		`true`: "boolean", `false`: "boolean", `null`: "null",
-		`-1`: "number", `3.5e2`: "number",
-	} {
-		if got := Of([]byte(in)); got != want {
-			t.Errorf("Of(%q) = %q, want %q", in, got, want)
-		}
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", ``, "nothing"},
+		{"only_space", " \n\t\r", "nothing"},
+		{"string", `"a"`, "string"},
+		{"object_after_space", "\r\n {}", "object"},
+		{"array", `[1]`, "array"},
+		{"true", `true`, "boolean"},
+		{"false", `false`, "boolean"},
+		{"null", `null`, "null"},
+		{"negative", `-1`, "number"},
+		{"exponent", `3.5e2`, "number"},
+		{"not_json", `?`, "number"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Of([]byte(tc.in)); got != tc.want {
+				t.Errorf("Of(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsNull(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{`null`, true},
+		{" null\n", true},
+		{`nul`, false},
+		{`"null"`, false},
+		{`nullx`, false},
+		{``, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			if got := IsNull([]byte(tc.in)); got != tc.want {
+				t.Errorf("IsNull(%q) = %v, want %v", tc.in, got, tc.want)
+			}
+		})
 	}
 }
