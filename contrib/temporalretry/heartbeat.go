@@ -131,15 +131,18 @@ func (b *beater) ended(record json.RawMessage) {
 		ctx = context.WithoutCancel(ctx)
 	}
 	l := ledger{V: ledgerVersion, Runs: b.runs, Record: record, Ended: true}
-	// Twice: the SDK batches heartbeats, and its batching goroutine may
-	// have taken an earlier heartbeat's details to send just as this one
-	// went out at once; the earlier then lands after this one and stays,
-	// and the next run would read its guess instead of the outcome. That
+	// Twice: the SDK batches heartbeats (temporalInvoker.Heartbeat in
+	// go.temporal.io/sdk v1.51.0; check again on an upgrade), and its
+	// batching goroutine may have taken an earlier heartbeat's details to
+	// send just as this one went out at once; the earlier is then buffered
+	// after this one, flushed as the activity fails, and kept by Temporal,
+	// so the next run would read its guess instead of the outcome. That
 	// goroutine waits on the SDK's lock through this one's send; yielding
 	// lets it take the lock first, so that the second call comes after it
-	// and is what the SDK keeps, and sends as the activity fails. (The
-	// SDK offers no way to wait for it: this makes the race rare, not
-	// impossible.) When nothing raced, it is the same details once more.
+	// and is what the SDK flushes. It costs one more heartbeat as the run
+	// fails. The SDK offers no way to wait for its goroutine, so this makes
+	// the race rare, not impossible; nor does it help when that goroutine
+	// takes both calls' details and its send races the activity's failure.
 	activity.RecordHeartbeat(ctx, l)
 	runtime.Gosched()
 	activity.RecordHeartbeat(ctx, l)
