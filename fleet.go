@@ -44,8 +44,10 @@ type fleet struct {
 	id        string      // this process's name in the state: random
 	version   int64       // the store's version of the view; 0 while nothing was read
 	procs     []procEntry // the fleet's processes as last seen, this one's included
-	stale     bool        // another process may have changed the state since it was read
-	changes   uint64      // the changes heard so far: a read begun before the last one is stale
+	dirty     bool        // the view is not to be trusted until read again: a write failed, or went unheard
+	changes   uint64      // the changes heard so far
+	base      uint64      // changes when the view was last known to be the state
+	mine      uint64      // of the changes heard since base, how many are this process's own writes
 	wseq      uint64      // this process's writes so far
 	carry     []change    // what this process decided that the store has not taken
 	inView    bool        // the view holds carry already: it was decided on it and not read again since
@@ -100,7 +102,7 @@ const (
 // fleetOf returns b's fleet part, making it on first use; b.mu is held.
 func (b *Breaker) fleetOf() *fleet {
 	if b.fleet == nil {
-		b.fleet = &fleet{id: fmt.Sprintf("%016x", fleetIDs.Add(1)), stale: true}
+		b.fleet = &fleet{id: fmt.Sprintf("%016x", fleetIDs.Add(1)), dirty: true}
 	}
 	return b.fleet
 }
@@ -115,6 +117,19 @@ var fleetIDs = func() *atomic.Uint64 {
 	n.Store(rand.Uint64() &^ (1 << 63))
 	return &n
 }()
+
+// stale reports whether another process may have changed the state
+// since the view was read or written: more changes were heard since than
+// this process wrote, or changes go unheard. So a process that writes
+// does not read its own write back. A notice taken for this process's
+// own that was another's (two writes, one notice) costs no safety: a
+// decision that changes the state is written by compare-and-swap on the
+// view's version, which then fails and reads; one that writes nothing (a
+// call held back, or let through while the backend has never reported)
+// is as if made a moment before that write. b.mu is held.
+func (f *fleet) stale() bool {
+	return f.dirty || f.watch == nil || f.changes-f.base > f.mine
+}
 
 // lease is how long what this process holds in the store counts when it
 // never says more.
@@ -341,8 +356,8 @@ func (b *Breaker) sync(batch []*request) {
 	for try := 0; ; try++ {
 		b.mu.Lock()
 		f := b.fleet
-		onView := f.stale && !mustLoad && !f.unwritten && b.settledOnView(now, batch)
-		load := (f.stale && !onView) || f.version == 0
+		onView := f.stale() && !mustLoad && !f.unwritten && b.settledOnView(now, batch)
+		load := (f.stale() && !onView) || f.version == 0
 		heard := f.changes
 		b.mu.Unlock()
 		if load {
@@ -365,7 +380,7 @@ func (b *Breaker) sync(batch []*request) {
 			}
 			// A change heard while the load was on its way may not be in
 			// what it read.
-			f.stale = f.stale || f.changes != heard
+			f.dirty, f.base, f.mine = false, heard, 0
 			b.mu.Unlock()
 		}
 		b.mu.Lock()
@@ -437,7 +452,7 @@ func (b *Breaker) sync(batch []*request) {
 				d.wrote[i].in = f.wseq
 			}
 			f.carry = append(f.carry, d.wrote...)
-			f.stale = true
+			f.dirty = true
 			if d.renew {
 				f.renewFail = now
 			}
@@ -451,7 +466,9 @@ func (b *Breaker) sync(batch []*request) {
 			if e := b.entry(f.id); e != nil {
 				f.leaseAt, f.renewFail = e.Lease, time.Time{}
 			}
-			f.stale = f.watch == nil || f.changes != heard
+			// The write proves the view was the state; the one change
+			// it makes is this process's own.
+			f.base, f.mine = heard, 1
 			f.carry = slices.Delete(f.carry, 0, held)
 			f.unwritten = len(f.carry) > 0
 			f.down = false
@@ -467,7 +484,7 @@ func (b *Breaker) sync(batch []*request) {
 		b.mu.Lock()
 		b.restore(before)
 		f.wseq--
-		f.stale = true
+		f.dirty = true
 		b.mu.Unlock()
 		if !pause(ctx, time.Millisecond<<min(try, 6)) {
 			b.decideLocally(now, batch, errStoreBusy)
@@ -547,7 +564,7 @@ func (b *Breaker) decideLocally(now time.Time, batch []*request, err error) {
 	b.mu.Lock()
 	f := b.fleet
 	b.fail(err)
-	f.stale = true
+	f.dirty = true
 	f.local, f.unwritten = true, true
 	d := b.decideBatch(now, batch)
 	f.local = false
@@ -591,8 +608,7 @@ func (b *Breaker) adopt(st shared, ver int64, now time.Time) {
 	b.line.gate = st.Gate
 	f.procs = st.Procs
 	f.inView = false
-	// Fresh until another process writes, which only a watch tells.
-	f.version, f.stale = ver, f.watch == nil
+	f.version = ver
 }
 
 // view is the shared state as this process sees it; b.mu is held.
@@ -1005,7 +1021,7 @@ func (b *Breaker) watchAsNeeded() {
 		f.watch()
 		f.watch = nil
 		// Unwatched, changes go unheard: read before the next decision.
-		f.stale = true
+		f.dirty = true
 	}
 }
 
@@ -1027,7 +1043,7 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 		tick = t.C
 	}
 	// A change made before the watch began went unheard.
-	b.heard()
+	b.heard(false)
 	for {
 		select {
 		case <-ctx.Done():
@@ -1042,23 +1058,23 @@ func (b *Breaker) watchLoop(ctx context.Context) {
 				}
 				continue
 			}
-			b.heard()
+			b.heard(true)
 		case <-tick:
-			b.heard()
+			b.heard(false)
 		}
 	}
 }
 
-// heard records a change of the state, which makes the view stale and,
-// when the line listens, gives it its turn. Any notice counts, this
-// process's own writes' included: one taken for its own that was
-// another's would leave the view taken as fresh while it is not, and
-// waiting calls deciding on it.
-func (b *Breaker) heard() {
+// heard records a change of the state (notice: a watch's notice; false:
+// the watch began, or polls) and, when the line listens, gives the line
+// its turn. A notice is counted against this process's own writes since
+// the view was last known to be the state (stale); anything else makes
+// the view stale.
+func (b *Breaker) heard(notice bool) {
 	b.mu.Lock()
 	f := b.fleet
-	f.stale = true
 	f.changes++
+	f.dirty = f.dirty || !notice
 	listen := f.listen
 	b.mu.Unlock()
 	if listen {
