@@ -45,6 +45,7 @@ type fleet struct {
 	version   int64       // the store's version of the view; 0 while nothing was read
 	procs     []procEntry // the fleet's processes as last seen, this one's included
 	dirty     bool        // the view is not to be trusted until read again: a write failed, or went unheard
+	behind    bool        // another process wrote a version the view does not hold: a compare-and-swap found it
 	changes   uint64      // the changes heard so far
 	base      uint64      // changes when the view was last known to be the state
 	mine      uint64      // of the changes heard since base, how many are this process's own writes
@@ -118,6 +119,52 @@ var fleetIDs = func() *atomic.Uint64 {
 	return &n
 }()
 
+// adoptRead makes st, read at version ver, the view at now, base being
+// the changes heard before it was read. b.mu is held.
+func (b *Breaker) adoptRead(st shared, ver int64, now time.Time, base uint64) {
+	f := b.fleet
+	b.adopt(st, ver, now)
+	if e := b.entry(f.id); e != nil {
+		f.leaseAt = e.Lease
+		// What a write whose answer was lost held is in the state if
+		// that write, or a later one, landed.
+		f.carry = slices.DeleteFunc(f.carry, func(c change) bool { return c.in != 0 && c.in <= e.Wseq })
+	}
+	f.dirty, f.behind, f.base, f.mine = false, false, base, 0
+}
+
+// freshen brings the view up to the newest state the store's notices
+// carried, when the store keeps it ([StateNotifier]), and reports
+// whether the view is then the state as far as the notices tell: no
+// load is needed. A view at a version newer than the notices' holds a
+// write of this process's own that they have not told of yet; one that
+// a compare-and-swap found behind, or that holds decisions whose write
+// failed, newer than the notices', is not the state until a notice or a
+// load says what is. b.mu is held.
+func (b *Breaker) freshen(now time.Time) bool {
+	n, ok := b.Store.(StateNotifier)
+	if !ok {
+		return false
+	}
+	f := b.fleetOf()
+	data, ver, ok := n.Noticed(b.Key)
+	switch {
+	case !ok:
+		return false
+	case ver > f.version || (ver == f.version && f.dirty):
+		// A newer state; or the view's own, under decisions the store
+		// may not have taken, which are made on it again.
+		st, err := decodeShared(data)
+		if err != nil {
+			return false // a load says what is wrong
+		}
+		b.adoptRead(st, ver, now, f.changes)
+	case f.behind || f.dirty:
+		return false
+	}
+	return true
+}
+
 // stale reports whether another process may have changed the state
 // since the view was read or written: more changes were heard since than
 // this process wrote, or changes go unheard. So a process that writes
@@ -128,7 +175,7 @@ var fleetIDs = func() *atomic.Uint64 {
 // call held back, or let through while the backend has never reported)
 // is as if made a moment before that write. b.mu is held.
 func (f *fleet) stale() bool {
-	return f.dirty || f.watch == nil || f.changes-f.base > f.mine
+	return f.dirty || f.behind || f.watch == nil || f.changes-f.base > f.mine
 }
 
 // lease is how long what this process holds in the store counts when it
@@ -356,8 +403,9 @@ func (b *Breaker) sync(batch []*request) {
 	for try := 0; ; try++ {
 		b.mu.Lock()
 		f := b.fleet
-		onView := f.stale() && !mustLoad && !f.unwritten && b.settledOnView(now, batch)
-		load := (f.stale() && !onView) || f.version == 0
+		stale := mustLoad || (!b.freshen(now) && f.stale())
+		onView := stale && !mustLoad && !f.unwritten && b.settledOnView(now, batch)
+		load := (stale && !onView) || f.version == 0
 		heard := f.changes
 		b.mu.Unlock()
 		if load {
@@ -371,16 +419,9 @@ func (b *Breaker) sync(batch []*request) {
 				return
 			}
 			b.mu.Lock()
-			b.adopt(st, ver, now)
-			if e := b.entry(f.id); e != nil {
-				f.leaseAt = e.Lease
-				// What a write whose answer was lost held is in the
-				// state if that write, or a later one, landed.
-				f.carry = slices.DeleteFunc(f.carry, func(c change) bool { return c.in != 0 && c.in <= e.Wseq })
-			}
 			// A change heard while the load was on its way may not be in
 			// what it read.
-			f.dirty, f.base, f.mine = false, heard, 0
+			b.adoptRead(st, ver, now, heard)
 			b.mu.Unlock()
 		}
 		b.mu.Lock()
@@ -484,7 +525,7 @@ func (b *Breaker) sync(batch []*request) {
 		b.mu.Lock()
 		b.restore(before)
 		f.wseq--
-		f.dirty = true
+		f.behind = true
 		b.mu.Unlock()
 		if !pause(ctx, time.Millisecond<<min(try, 6)) {
 			b.decideLocally(now, batch, errStoreBusy)

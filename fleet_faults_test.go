@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -143,13 +144,28 @@ func (s *lostAnswer) Load(ctx context.Context, key string) ([]byte, int64, error
 // the store could not be read, is written all the same. Here request 1's
 // admission lands unanswered, its outcome comes while a load fails, and
 // request 2's decision, which reads the state again, writes it: the
-// store counts what it counts when nothing fails.
+// store counts what it counts when nothing fails. A store whose notices
+// carry the state shows the write landed with its notice, and no load
+// fails.
 func TestFleetWritesWhatALandedWriteDidNotHold(t *testing.T) {
+	for _, stateless := range []bool{true, false} {
+		t.Run(fmt.Sprintf("stateless_notices=%v", stateless), func(t *testing.T) {
+			wantErrs := int64(1) // the lost answer
+			if stateless {
+				wantErrs = 2 // and the failed load
+			}
+			landedUnanswered(t, stateless, wantErrs)
+		})
+	}
+}
+
+func landedUnanswered(t *testing.T, stateless bool, wantErrs int64) {
 	run := func(fail bool) (tally, int64) {
 		var got tally
 		var errs int64
 		synctest.Test(t, func(t *testing.T) {
 			store := &lostAnswer{}
+			store.StatelessNotices = stateless
 			br := &llmretry.Breaker{Store: store, Key: "k"}
 			call := reportingCall(func(req string) time.Duration {
 				if req == "0" {
@@ -175,8 +191,8 @@ func TestFleetWritesWhatALandedWriteDidNotHold(t *testing.T) {
 		t.Fatalf("stored counts with a store that never fails (-want +got):\n%s", diff)
 	}
 	got, errs := run(true)
-	if errs != 2 {
-		t.Errorf("State().StoreErrors = %d, want 2 (the lost answer, the failed load)", errs)
+	if errs != wantErrs {
+		t.Errorf("State().StoreErrors = %d, want %d", errs, wantErrs)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stored counts after a lost answer (-as without it +got):\n%s", diff)
@@ -529,8 +545,9 @@ func TestFleetBatchOutlivesOneCallsDeadline(t *testing.T) {
 		if got := br.State(); got.StoreErrors != 0 {
 			t.Errorf("State().StoreErrors = %d (%v), want 0", got.StoreErrors, got.StoreErr)
 		}
-		// The report's request, and long's, still out.
-		if diff := cmp.Diff(tally{Admitted: 2, Back: 1, InFlight: 1}, storedTally(t, store, "k")); diff != "" {
+		// The report's request back; short's let through as its
+		// deadline came, and given back; long's still out.
+		if diff := cmp.Diff(tally{Admitted: 3, Back: 2, InFlight: 1}, storedTally(t, store, "k")); diff != "" {
 			t.Errorf("stored while long's request is out (-want +got):\n%s", diff)
 		}
 		for _, o := range outs {

@@ -66,7 +66,8 @@ type standing struct {
 }
 
 // standing reads b's standing at now, as it stands for a call not in its
-// line; with a Store, as this process last saw the fleet's state. A
+// line; with a Store, as this process last saw the fleet's state, or as
+// the store's newest notice told it ([StateNotifier]), at no store call. A
 // request held back is ready once what holds it back has ended, a pace of
 // the provider's (a second when it has not said) from now at the
 // earliest, and each call ahead of it in line has gone, a pace apart:
@@ -76,6 +77,9 @@ type standing struct {
 func (b *Breaker) standing(now time.Time, c cost) standing {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.Store != nil {
+		b.freshen(now)
+	}
 	b.line.advance(now)
 	k := b.allWaiting()
 	v := b.rules(now, k, c)

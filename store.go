@@ -33,7 +33,10 @@ import (
 // waiting call is woken in its turn rather than on every change. So a
 // request through a closed breaker costs at most four store calls, and
 // usually fewer; a call that waits in line costs a load more each time
-// its turn can have come.
+// its turn can have come. A store whose notices carry the state they
+// announce ([StateNotifier]; pgbreaker's and llmretrytest.MemoryStore
+// do) saves most loads: a process decides on the state the newest notice
+// brought, and loads only when the notices cannot say what the state is.
 //
 // On PostgreSQL a store is one row per key: the key, a version column and
 // the state (bytea); CompareAndSwap is an UPDATE (or, at version 0, an
@@ -61,6 +64,21 @@ type BreakerStore interface {
 	// change. A nil channel with a nil error means the store cannot
 	// watch, and the Breaker polls instead.
 	Watch(ctx context.Context, key string) (<-chan struct{}, error)
+}
+
+// StateNotifier is a BreakerStore whose Watch notices carry the state
+// they announce. A Breaker that hears of a change takes the state from
+// Noticed, without a store call, and loads only when no notice carried
+// it.
+type StateNotifier interface {
+	BreakerStore
+	// Noticed returns the state of key that the newest notice received
+	// by this store's watches of key carried, and its version. ok is
+	// false when none was received, or the newest carried no state. The
+	// state must be in place before the notice's value is sent on a
+	// Watch channel. Noticed does not call the store and does not block;
+	// the caller does not modify the bytes.
+	Noticed(key string) (state []byte, version int64, ok bool)
 }
 
 // DefaultStoreTimeout bounds the store calls of one decision of a

@@ -88,7 +88,9 @@ func TestSharedBreakerOneProbe(t *testing.T) {
 		share    bool
 		wantSent []sent // to the primary after the trip
 	}{
-		{name: "shared", share: true, wantSent: []sent{{30*sec + 4*ms, "p0"}, {45*sec + 4*ms, "p1-later"}}},
+		// Each probe costs a write (2 ms), and no load: the store's
+		// notices told each process the state.
+		{name: "shared", share: true, wantSent: []sent{{30*sec + 2*ms, "p0"}, {45*sec + 2*ms, "p1-later"}}},
 		{name: "apart", share: false, wantSent: []sent{{30 * sec, "p0"}, {31 * sec, "p1"}, {45 * sec, "p1-later"}}},
 	}
 	for _, tc := range tests {
@@ -547,7 +549,10 @@ func TestSharedBreakerWakeNotLost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const key = "openai/gpt-4o"
+				// Notices without the state: the races are those of
+				// loads and of the watch's start.
 				store := &lateReply{reply: 10 * ms, watch: tc.watch}
+				store.StatelessNotices = true
 				start := time.Now()
 				otherProcess(t, &store.MemoryStore, key, halfOpenElsewhere(start))
 				a := newDesk("a", takes(0))

@@ -31,8 +31,15 @@ type MemoryStore struct {
 	// none.
 	Latency time.Duration
 
+	// StatelessNotices makes the store's notices carry no state, as
+	// those of a store that is not an [llmretry.StateNotifier]: Noticed
+	// then reports none, and a Breaker loads the state after each change
+	// it hears of. It stands for such a store in tests and benchmarks.
+	StatelessNotices bool
+
 	mu       sync.Mutex
 	rows     map[string]row
+	noticed  map[string]row // the state each key's newest notice carried
 	watchers map[string]map[chan struct{}]struct{}
 	err      error // what every call returns, from Fail; nil: serve
 	calls    StoreCalls
@@ -165,9 +172,16 @@ func (m *MemoryStore) do(op *storeOp) {
 	// instant: which of the two a caller saw first must not depend on the
 	// goroutines' order.
 	watchers := slices.Collect(maps.Keys(m.watchers[op.key]))
+	notice := row{state: op.state, version: op.version + 1}
 	time.AfterFunc(time.Nanosecond, func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
+		if m.noticed == nil {
+			m.noticed = make(map[string]row)
+		}
+		if notice.version > m.noticed[op.key].version {
+			m.noticed[op.key] = notice
+		}
 		for _, ch := range watchers {
 			if _, ok := m.watchers[op.key][ch]; !ok {
 				continue // its watch ended: the channel is closed
@@ -178,6 +192,24 @@ func (m *MemoryStore) do(op *storeOp) {
 			}
 		}
 	})
+}
+
+// Noticed returns the state of key that the newest notice of a change
+// carried, and its version: MemoryStore's notices carry the state they
+// announce, as pgbreaker's do (see [llmretry.StateNotifier]), and a
+// notice is made of every change, watched or not, a nanosecond after it.
+// While the store fails (Fail), and with StatelessNotices, it reports
+// none.
+func (m *MemoryStore) Noticed(key string) (state []byte, version int64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil || m.StatelessNotices {
+		// A store that is down tells nothing: a Breaker then loads,
+		// and learns that it fails.
+		return nil, 0, false
+	}
+	r, ok := m.noticed[key]
+	return r.state, r.version, ok
 }
 
 // Watch returns a channel that receives after each change of key's

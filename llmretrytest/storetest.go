@@ -21,8 +21,10 @@ import (
 // and the store keeps no slice of its caller's; keys are apart;
 // concurrent compare-and-swaps at one version let exactly one through; a
 // Watch hears a change of its key and is closed when its context ends
-// (unless the store cannot watch: a nil channel); a call whose context is
-// done returns an error and writes nothing. Each check runs as a subtest
+// (unless the store cannot watch: a nil channel); a store whose notices
+// carry the state ([llmretry.StateNotifier]) has, once a Watch heard of a
+// change, that state and version, or none, in Noticed, never another; a
+// call whose context is done returns an error and writes nothing. Each check runs as a subtest
 // on a store newStore returns, with keys that begin with prefix, so a
 // store on a shared database can be checked as it is. Call it from a test
 // of the store's own package, as pgbreaker's tests do:
@@ -59,6 +61,7 @@ var storeChecks = []struct {
 	{"keys_apart", checkKeysApart},
 	{"one_winner", checkOneWinner},
 	{"watch", checkWatch},
+	{"noticed", checkNoticed},
 	{"done_context", checkDoneContext},
 	{"not_kept", checkNotKept},
 }
@@ -169,6 +172,43 @@ func checkWatch(s llmretry.BreakerStore, k string) error {
 			return errors.New("the watch's channel is still open 10 s after its context ended")
 		}
 	}
+}
+
+func checkNoticed(s llmretry.BreakerStore, k string) error {
+	n, ok := s.(llmretry.StateNotifier)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := s.Watch(ctx, k)
+	if err != nil || ch == nil {
+		return fmt.Errorf("Watch() = %v, %v: a StateNotifier's notices come through its watches", ch, err)
+	}
+	small, big := []byte(`{"v":2,"n":1}`), bytes.Repeat([]byte("y"), 64<<10)
+	for v, data := range [][]byte{small, big} {
+		if ok, err := s.CompareAndSwap(context.Background(), k, int64(v), data); !ok || err != nil {
+			return fmt.Errorf("CompareAndSwap(version %d) = %v, %v, want true, nil", v, ok, err)
+		}
+		// Notices may come for earlier changes first: wait for this one's.
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case <-ch:
+			case <-deadline:
+				return fmt.Errorf("Noticed() did not tell of version %d within 10 s of its write", v+1)
+			}
+			got, ver, ok := n.Noticed(k)
+			if ok && (ver > int64(v+1) || ver == int64(v+1) && !bytes.Equal(got, data)) {
+				return fmt.Errorf("Noticed() = %d bytes at version %d, want the %d bytes of version %d", len(got), ver, len(data), v+1)
+			}
+			// A state too big for a notice may come without it.
+			if ok && ver == int64(v+1) || !ok && len(data) > len(small) {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 func checkDoneContext(s llmretry.BreakerStore, k string) error {

@@ -1,0 +1,139 @@
+package llmretry_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/llmretry/llmretry"
+	"github.com/llmretry/llmretry/llmretrytest"
+)
+
+// The tests in this file hold a Breaker to what it does with a store
+// whose notices carry the state (llmretry.StateNotifier): it decides on
+// the state a notice brought, without a load, and loads only when the
+// notices cannot say what the state is.
+
+// A process that has never read the state decides on the one the store's
+// notices brought: here the other process opened the backend, and this
+// one's call skips it without a store call. With notices that carry no
+// state it loads first, and decides alike.
+func TestFleetDecidesOnNoticedState(t *testing.T) {
+	for _, stateless := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stateless_notices=%v", stateless), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &llmretrytest.MemoryStore{Latency: 2 * ms, StatelessNotices: stateless}
+				brs := fleet(2, true, store)
+				trip(t, brs[0], errDown)
+				time.Sleep(ms) // the notices of its writes arrive
+				a, b := newDesk("a", takes(0)), newDesk("b", takes(0))
+				c := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brs[1]}, {Model: "b", Call: b.Call}}}
+				before := store.Calls()
+				if got, err := c.Do(t.Context(), "r"); got != "b: r" || err != nil {
+					t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "b: r")
+				}
+				loads := store.Calls().Loads - before.Loads
+				want := int64(0)
+				if stateless {
+					want = 1
+				}
+				if loads != want || len(a.log()) != 0 {
+					t.Errorf("%d loads, %d requests to the open backend; want %d and none", loads, len(a.log()), want)
+				}
+			})
+		})
+	}
+}
+
+// laggingNotices is a MemoryStore whose notices, once frozen, go on
+// telling of the state they told of then: notices that lag the writes.
+type laggingNotices struct {
+	llmretrytest.MemoryStore
+	frozen atomic.Pointer[noticed]
+}
+
+type noticed struct {
+	state []byte
+	ver   int64
+}
+
+func (s *laggingNotices) freeze() {
+	state, ver, _ := s.MemoryStore.Noticed("k")
+	s.frozen.Store(&noticed{state, ver})
+}
+
+func (s *laggingNotices) Noticed(key string) ([]byte, int64, bool) {
+	if n := s.frozen.Load(); n != nil {
+		return n.state, n.ver, true
+	}
+	return s.MemoryStore.Noticed(key)
+}
+
+// A compare-and-swap that finds the state changed is followed by a load
+// when the notices have not told of the change yet: deciding again on
+// the notices' state would lose again, until the store's time ran out.
+// Here two processes let a request through at one instant, on the state
+// the notices told of; the one whose write loses reads the winner's and
+// writes its own, and neither decides without the store.
+func TestFleetLoadsWhenNoticesLagAConflict(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &laggingNotices{}
+		store.Latency = 2 * ms
+		brs := []*llmretry.Breaker{{Store: store, Key: "k"}, {Store: store, Key: "k"}}
+		chains := make([]*chain, 2)
+		for i, br := range brs {
+			chains[i] = &chain{Backends: []backend{{Model: "a", Call: reportingCall(func(string) time.Duration { return sec }), Breaker: br}}}
+		}
+		if _, err := chains[0].Do(t.Context(), "warm"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ms)
+		store.freeze()
+		outs := []<-chan outcome{doAt(t.Context(), chains[0], 0, "x"), doAt(t.Context(), chains[1], 0, "y")}
+		for _, o := range outs {
+			if r := <-o; r.err != nil {
+				t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)
+			}
+		}
+		for i, br := range brs {
+			if st := br.State(); st.StoreErrors != 0 {
+				t.Errorf("process %d: State().StoreErrors = %d (%v), want 0", i, st.StoreErrors, st.StoreErr)
+			}
+		}
+		if diff := cmp.Diff(tally{Admitted: 3, Back: 3}, storedTally(t, &store.MemoryStore, "k")); diff != "" {
+			t.Errorf("stored counts (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// A pool chooses by the state the store's notices brought: here another
+// process opened deployment a, and this process's request goes straight
+// to b, with no store call for a and no skip of a in its records.
+func TestPoolChoosesByNoticedState(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &llmretrytest.MemoryStore{Latency: 2 * ms}
+		da, db := newDesk("a", takes(0)), newDesk("b", takes(0))
+		pa := deployment("a", da, 0)
+		pa.Backend.Breaker = &llmretry.Breaker{Store: store, Key: "a"}
+		pb := deployment("b", db, 0)
+		var rec pacedRecorder
+		c := &chain{Backends: []backend{{Model: "gpt-4o", Pool: []llmretry.Deployment[string, string]{pa, pb}}}, OnAttempt: rec.on}
+		trip(t, &llmretry.Breaker{Store: store, Key: "a"}, errDown)
+		time.Sleep(ms)
+		before := store.Calls()
+		if got, err := c.Do(context.Background(), "r"); got != "b: r" || err != nil {
+			t.Fatalf("Do() = %q, %v, want %q, nil", got, err, "b: r")
+		}
+		if diff := cmp.Diff([]string{"b:only"}, where(rec.recs)); diff != "" {
+			t.Errorf("records (-want +got):\n%s", diff)
+		}
+		if got := store.Calls(); got != before {
+			t.Errorf("store calls for a: %+v, then %+v; want none", before, got)
+		}
+	})
+}
