@@ -28,6 +28,20 @@ func (s *countingStore) Load(ctx context.Context, key string) ([]byte, int64, er
 	return s.BreakerStore.Load(ctx, key)
 }
 
+// Noticed passes the store's notices through: they are no store call,
+// and a Breaker under a wrapper that hid them would load for each.
+func (s *countingStore) Noticed(key string) ([]byte, int64, bool) {
+	return noticedOf(s.BreakerStore, key)
+}
+
+// noticedOf is s's Noticed, when its notices carry the state.
+func noticedOf(s llmretry.BreakerStore, key string) ([]byte, int64, bool) {
+	if n, ok := s.(llmretry.StateNotifier); ok {
+		return n.Noticed(key)
+	}
+	return nil, 0, false
+}
+
 func (s *countingStore) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
 	s.swaps.Add(1)
 	return s.BreakerStore.CompareAndSwap(ctx, key, version, next)

@@ -81,7 +81,10 @@
 // still at the version that was read (compare-and-swap), inserts the
 // row on the first write, and announces each change to every process in
 // the same statement, so that a notice never announces a write that
-// lost. It takes its rows' locks in the order of their keys, so that two
+// lost: on one channel with the key, as earlier versions of this package
+// announce it and listen for it, and on another with the row, its state
+// in base64, unless the notice would be too big for PostgreSQL (8,000
+// bytes; a state of about 5.9 KB). It takes its rows' locks in the order of their keys, so that two
 // processes writing the same keys wait for each other rather than
 // deadlock. It commits without waiting for the WAL flush: a breaker's
 // state is soft, and a crash that loses the last writes loses what the
@@ -96,9 +99,17 @@
 //		ON CONFLICT (key) DO UPDATE
 //			SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
 //			WHERE b.version = EXCLUDED.version - 1
-//		RETURNING b.key
+//		RETURNING b.key, b.version, b.state
+//	),
+//	n AS (
+//		SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' || octet_length(key) || ':' || key AS head,
+//			CASE WHEN octet_length(key) + 4 * ((octet_length(state) + 2) / 3) < 7900
+//				THEN translate(encode(state, 'base64'), E'\n', '') END AS body
+//		FROM w
 //	)
-//	SELECT w.key, pg_notify('llmretry_breaker', w.key) FROM w, nosync
+//	SELECT n.key, pg_notify('llmretry_breaker', n.key),
+//		pg_notify('llmretry_breaker_state', CASE WHEN body IS NULL THEN 'n' || head ELSE 's' || head || body END)
+//	FROM n, nosync
 //
 // A key the write does not return lost to another process's write: the
 // core reads the state again and decides again. A statement writes a
@@ -107,16 +118,28 @@
 // # Waking
 //
 // Each [Store] holds one connection of its own, outside the pool, that
-// runs LISTEN llmretry_breaker and hands each notice to the calls of this
-// process waiting on that key, so that a call waiting on an open or paced
-// backend wakes when another process changes its state, without
-// polling. When that connection is lost, the store connects again (after
+// runs LISTEN llmretry_breaker; LISTEN llmretry_breaker_state and hands
+// each notice to the calls of this process waiting on that key, so that
+// a call waiting on an open or paced backend wakes when another process
+// changes its state, without polling. It keeps the state the newest
+// notice of each key this process uses carried ([Store.Noticed]), and a
+// Breaker decides on it without loading the row: a process reads a row
+// only when no notice carried its state (a row too big, a write by an
+// earlier version of this package, a connection lost meanwhile) or a
+// write of its own lost to one whose notice has not come yet. Notices
+// name the table written, as the connection reads its own once it
+// listens:
+//
+//	SELECT 'llmretry_breaker'::regclass::oid
+//
+// When that connection is lost, the store connects again (after
 // 50 ms, doubling up to 2 s), and once it listens again it wakes every
 // waiting call, since a change may have gone unheard meanwhile. A
 // connection silent for 30 s is pinged, and one whose ping takes more
 // than 5 s counts as lost: a partition drops a connection without a
-// word. One connection listens for every key: the channel's payload is
-// the key that changed. The channel is the database's, not a schema's:
+// word. What the notices said is forgotten as the connection is lost.
+// One connection listens for every key: the payload names the key that
+// changed. The channels are the database's, not a schema's:
 // fleets in two schemas of one database that use the same key wake each
 // other's calls, which then load their own rows and find nothing
 // changed.
@@ -142,23 +165,25 @@
 // average 3 to 7, PostgreSQL 15 on loopback), by BenchmarkRequest,
 // TestManyKeys, TestFleet and TestFleetCallers in this package:
 //
-//   - A request through a Breaker on a Store, one at a time: 2 loads and
-//     2 writes (one decision to send, one to record how it went), 1.1 to
-//     1.6 ms of store time in all. Before the writes turned
+//   - A request through a Breaker on a Store, one at a time: 2 writes
+//     (one decision to send, one to record how it went) and 0.07 loads,
+//     0.96 ms of store time in all: the notices carry the state, so a
+//     process loads only when one has not come yet. Before the notices
+//     carried it, 2 loads and 1.1 to 1.6 ms; before the writes turned
 //     synchronous_commit off (see Statements), 11.8 ms.
-//   - From two goroutines of one process at once: 1.4 to 1.5 loads and
-//     2 writes per request, 0.9 to 1.1 ms: the process decides for its
-//     calls together, and loads only when another process may have
-//     written.
+//   - From two goroutines of one process at once: 0.04 loads and 2
+//     writes per request, 0.89 ms: the process decides for its calls
+//     together.
 //   - A thousand Breakers, each its own key, three calls each, all at
-//     once through a pool of four connections: 12,000 store calls in 56
-//     to 191 statements, 0.2 to 0.6 s in all, none failed.
+//     once through a pool of four connections: about 3,000 store calls,
+//     0.2 to 0.3 s in all, none failed.
 //   - Four processes whose calls queue for a rate-limited backend, 10 or
-//     100 callers each, at the default StoreTimeout: 0.2 to 0.5 loads, 2
-//     writes and 0.02 watches per request sent, no more at 100 callers
-//     than at 10.
+//     100 callers each, at the default StoreTimeout: 0.01 loads and 1.7
+//     to 1.8 writes per request sent, no more at 100 callers than at 10
+//     (2.6 to 3 loads before the notices carried the state).
 //   - In TestFleet's four processes, whose calls wait on a paced and on
-//     an open backend: 4 loads and 4.3 writes per request sent.
+//     an open backend: 0.1 loads and 2.5 writes per request sent (3.1
+//     loads before).
 //
 // The Breaker's StoreTimeout (100 ms by default) bounds the store calls
 // of one decision. A decision on a healthy database takes a few

@@ -27,4 +27,4 @@ func Listening(ctx context.Context, s *Store) error {
 
 // The statements, for the test that the package docs quote them as
 // they run.
-var Statements = map[string]string{"lock": lockSQL, "schema": schemaSQL, "column": columnSQL, "convert": convertSQL, "load": loadSQL, "swap": swapSQL}
+var Statements = map[string]string{"lock": lockSQL, "schema": schemaSQL, "column": columnSQL, "convert": convertSQL, "load": loadSQL, "swap": swapSQL, "table": tableSQL}

@@ -43,8 +43,8 @@ func answerer(srv *llmretrytest.Server) func(context.Context, string) (string, e
 }
 
 // When the store fails, the chain does not: against a database that
-// refuses connections, one that never answers, and a pool closed between
-// two rounds of calls, every call is answered (so it ended within its
+// refuses connections, one that never answers, and a pool and listening
+// connection closed between two rounds of calls, every call is answered (so it ended within its
 // deadline, or Do would have returned TimedOut) with one request each,
 // and the Breaker counts the store's failures in its state.
 func TestStoreFailure(t *testing.T) {
@@ -134,7 +134,12 @@ func TestStoreFailure(t *testing.T) {
 				if st := b.State(); st.StoreErrors != 0 || st.StoreUnavailable {
 					t.Errorf("before: State() = StoreErrors %d, StoreUnavailable %v, last %v; want 0, false", st.StoreErrors, st.StoreUnavailable, st.StoreErr)
 				}
+				// The database gone, its notices with it: with the
+				// listening connection up, the calls (to a backend that
+				// reports no limits) would need no store call, their
+				// breaker closed as the notices say.
 				pool.Close()
+				store.Close()
 			}
 			round("store down")
 			st := b.State()

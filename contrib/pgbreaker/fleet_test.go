@@ -520,11 +520,12 @@ func TestFleetCallers(t *testing.T) {
 		})
 	}
 	few, many := perSent[10], perSent[100]
-	if few == 0 || many == 0 {
-		return // a run failed before it counted
-	}
-	t.Logf("loads per request sent: %.2f at 10 callers a worker, %.2f at 100 (%.2f×)", few, many, many/few)
-	if many > 3*few {
+	t.Logf("loads per request sent: %.2f at 10 callers a worker, %.2f at 100", few, many)
+	// The notices carry the state, so a worker loads only now and then
+	// (its first decision, a write that lost to one not yet noticed):
+	// a few loads in a run, whose ratio is noise. Loads that grow with
+	// the callers are many more than that.
+	if many > 3*few && many > few+0.05 {
 		t.Errorf("loads per request sent: %.2f at 100 callers a worker, more than 3× the %.2f at 10", many, few)
 	}
 }

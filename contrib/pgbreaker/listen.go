@@ -27,6 +27,8 @@ type listener struct {
 
 	mu        sync.Mutex
 	watchers  map[string]map[chan struct{}]bool // per key, the channels of its watchers
+	keys      map[string]noticed                // the keys this process uses, and what their newest notice said
+	table     uint32                            // the oid of the table the statements reach; 0: not known, and no state is kept
 	closed    bool                              // close has run: no more watchers
 	heard     chan struct{}                     // closed once LISTEN first took effect (for tests)
 	heardOnce sync.Once
@@ -37,7 +39,8 @@ type listener struct {
 // newListener starts listening with a connection made from config.
 func newListener(config *pgx.ConnConfig, keepalive, pingTimeout time.Duration) *listener {
 	ctx, stop := context.WithCancel(context.Background())
-	l := &listener{config: config, keepalive: keepalive, pingTimeout: pingTimeout, watchers: make(map[string]map[chan struct{}]bool), stop: stop, done: make(chan struct{}), heard: make(chan struct{})}
+	l := &listener{config: config, keepalive: keepalive, pingTimeout: pingTimeout, watchers: make(map[string]map[chan struct{}]bool),
+		keys: make(map[string]noticed), stop: stop, done: make(chan struct{}), heard: make(chan struct{})}
 	go l.run(ctx)
 	return l
 }
@@ -86,18 +89,88 @@ func notify(ch chan struct{}) {
 	}
 }
 
-// wake tells the watchers of key that its row changed.
-func (l *listener) wake(key string) {
+// noticed is what the newest notice of a key said: the row's version
+// and, when carried, its state. The zero value knows nothing.
+type noticed struct {
+	version int64
+	state   []byte
+	carried bool
+}
+
+// use records that this process uses key: the notices of its changes
+// are kept from now on, for noticedOf. A process keeps nothing of the
+// keys it does not use.
+func (l *listener) use(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for ch := range l.watchers[key] {
-		notify(ch)
+	if _, ok := l.keys[key]; !ok {
+		l.keys[key] = noticed{}
 	}
 }
 
-// wakeAll tells every watcher that its row may have changed: while the
-// connection was down any row may have changed unheard.
+// noticedOf returns the state of key that its newest notice carried,
+// and its version; ok is false when no notice of it came since the
+// connection last began to listen and key was first used, or the newest
+// carried no state.
+func (l *listener) noticedOf(key string) (state []byte, version int64, ok bool) {
+	l.use(key)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.keys[key]
+	return n.state, n.version, n.carried
+}
+
+// hear takes in a notice on ch, the channel it came on, and wakes the
+// watchers of its key. Its state is kept before they wake (a watcher
+// that wakes reads it). A notice on channel says only that the key
+// changed: until a notice on stateChannel says more, what was kept is
+// stale. A payload on stateChannel that cannot be read says the same of
+// every key.
+func (l *listener) hear(ch, payload string) {
+	key := payload
+	l.mu.Lock()
+	switch n, ok := parseNotice(payload); {
+	case ch == channel:
+		if k, used := l.keys[key]; used {
+			k.carried = false
+			l.keys[key] = k
+		}
+	case !ok:
+		l.mu.Unlock()
+		l.wakeAll()
+		return
+	case n.table != l.table:
+		// Another schema's row of the same key: its notice on channel
+		// woke the watchers already.
+		l.mu.Unlock()
+		return
+	default:
+		key = n.key
+		if k, used := l.keys[key]; used && n.version > k.version {
+			l.keys[key] = noticed{version: n.version, state: n.state, carried: n.carried}
+		}
+	}
+	for w := range l.watchers[key] {
+		notify(w)
+	}
+	l.mu.Unlock()
+}
+
+// forget drops what the notices said of every key used: a notice may
+// have gone unheard since.
+func (l *listener) forget() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for key := range l.keys {
+		l.keys[key] = noticed{}
+	}
+}
+
+// wakeAll tells every watcher that its row may have changed, and
+// forgets every notice kept: while the connection was down any row may
+// have changed unheard.
 func (l *listener) wakeAll() {
+	l.forget()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, set := range l.watchers {
@@ -153,12 +226,28 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		defer cancel()
 		_ = conn.Close(closeCtx)
 	}()
+	// The notices to keep are those of the table the statements reach,
+	// the connection having the pool's search_path. Before Migrate made
+	// it, none: a Breaker then loads. (Read before LISTEN, which stays
+	// the connection's last statement for pg_stat_activity to show.)
+	var table uint32
+	tableCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
+	if err := conn.QueryRow(tableCtx, tableSQL).Scan(&table); err != nil {
+		table = 0
+	}
+	cancel()
+	l.mu.Lock()
+	l.table = table
+	l.mu.Unlock()
 	listenCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
-	_, err = conn.Exec(listenCtx, "LISTEN "+channel)
+	_, err = conn.Exec(listenCtx, "LISTEN "+channel+"; LISTEN "+stateChannel)
 	cancel()
 	if err != nil {
 		return false
 	}
+	// What was kept of the rows' notices is no longer known to be the
+	// newest once the connection ends.
+	defer l.forget()
 	// Anything may have changed before LISTEN took effect, or while an
 	// earlier connection was down: every watcher reads its row again.
 	l.wakeAll()
@@ -175,7 +264,7 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		cancel()
 		switch {
 		case err == nil:
-			l.wake(n.Payload)
+			l.hear(n.Channel, n.Payload)
 			continue
 		case ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded):
 			return true

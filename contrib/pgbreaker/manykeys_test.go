@@ -25,6 +25,11 @@ type errorsStore struct {
 	errs          map[string]int
 }
 
+// Noticed passes the store's notices through (see countingStore).
+func (s *errorsStore) Noticed(key string) ([]byte, int64, bool) {
+	return noticedOf(s.BreakerStore, key)
+}
+
 func (s *errorsStore) note(err error) {
 	s.calls.Add(1)
 	if err == nil {

@@ -47,12 +47,19 @@ WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT atti
 	// (see batch.go).
 	loadSQL = `SELECT key, version, state FROM llmretry_breaker WHERE key = ANY($1::text[])`
 
+	// tableSQL names the table that the statements reach, as the notices
+	// of its writes name it: a listener keeps the state of those alone.
+	tableSQL = `SELECT 'llmretry_breaker'::regclass::oid`
+
 	// swapSQL writes each state $3[i] as the row of key $1[i] only if
 	// the row is still at version $2[i] (0: there is no row yet), as
 	// version $2[i] + 1, and notifies every listening process of each
 	// key it wrote in the same statement, so that no write goes
 	// unannounced and no notice announces a write that failed (NOTIFY
-	// is delivered at commit). It returns the keys it wrote; a key it
+	// is delivered at commit): on channel with the key, and on
+	// stateChannel with the table and the row (see parseNotice), its state left out
+	// when the notice would be too big for PostgreSQL (maxNotice, less
+	// what the rest of the payload takes). It returns the keys it wrote; a key it
 	// does not return lost to another write. One statement serves every
 	// key being written at the time (see batch.go), each key at most
 	// once. It takes its rows' locks in the order of their keys, so that
@@ -74,9 +81,17 @@ w AS (
 	ON CONFLICT (key) DO UPDATE
 		SET version = EXCLUDED.version, state = EXCLUDED.state, updated_at = now()
 		WHERE b.version = EXCLUDED.version - 1
-	RETURNING b.key
+	RETURNING b.key, b.version, b.state
+),
+n AS (
+	SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' || octet_length(key) || ':' || key AS head,
+		CASE WHEN octet_length(key) + 4 * ((octet_length(state) + 2) / 3) < ` + maxNotice + `
+			THEN translate(encode(state, 'base64'), E'\n', '') END AS body
+	FROM w
 )
-SELECT w.key, pg_notify('` + channel + `', w.key) FROM w, nosync`
+SELECT n.key, pg_notify('` + channel + `', n.key),
+	pg_notify('` + stateChannel + `', CASE WHEN body IS NULL THEN 'n' || head ELSE 's' || head || body END)
+FROM n, nosync`
 )
 
 // Migrate creates the table the store keeps its rows in, if it does not
@@ -159,7 +174,7 @@ func swapBatch(ctx context.Context, pool *pgxpool.Pool, calls []*call) {
 	rows, err := pool.Query(ctx, swapSQL, keys, versions, states)
 	if err == nil {
 		var key string
-		_, err = pgx.ForEachRow(rows, []any{&key, nil}, func() error {
+		_, err = pgx.ForEachRow(rows, []any{&key, nil, nil}, func() error {
 			wrote[key] = true
 			return nil
 		})

@@ -58,6 +58,7 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := checkKey(key); err != nil {
 		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
 	}
+	s.l.use(key)
 	c := &call{key: key}
 	if err := s.loads.do(ctx, c); err != nil {
 		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
@@ -81,6 +82,7 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, n
 	if err := checkKey(key); err != nil {
 		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
 	}
+	s.l.use(key)
 	// A copy: the statement may run after the call returns, for the
 	// other calls of its batch. (A nil slice would be sent as NULL.)
 	c := &call{key: key, version: version, state: append([]byte{}, next...)}
@@ -110,11 +112,25 @@ var errClosed = errors.New("pgbreaker: store is closed")
 // value waiting unread stands for every change since. Watch itself runs
 // no statement; it fails only after [Store.Close].
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	s.l.use(key)
 	ch, ok := s.l.watch(ctx, key)
 	if !ok {
 		return nil, errClosed
 	}
 	return ch, nil
+}
+
+// Noticed returns the state of key that the newest notice of a change
+// carried, and its version, without a statement: each write's notice
+// carries the row, unless it is too big for a NOTIFY (about 5.9 KB of
+// state). ok is false until a notice of key comes after the store's
+// first call with key, after a notice that carried no state, and from the moment the
+// listening connection is lost until a notice comes on the next one: a
+// change may have gone unheard. It makes the store an
+// [llmretry.StateNotifier], so that a Breaker decides on the state the
+// notices brought and loads only when they cannot say what it is.
+func (s *Store) Noticed(key string) (state []byte, version int64, ok bool) {
+	return s.l.noticedOf(key)
 }
 
 // The store must keep to the seam the core calls.
