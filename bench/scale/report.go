@@ -83,7 +83,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, " %.2f |\n", float64(r.CPU[cpuLoads[1]][i].CPU)/float64(r.CPU[cpuLoads[0]][i].CPU))
 	}
-	b.WriteString("\nStore calls per waiting call, four processes sharing one in-memory store at 1 ms a call.\n\n| calls | paced: loads | paced: swaps | closing: loads | closing: swaps |\n|--:|--:|--:|--:|--:|\n")
+	b.WriteString("\nStore calls per waiting call, four processes sharing one in-memory store at 1 ms a call whose notices carry no state (a store that is not an llmretry.StateNotifier): the loads are what waking the calls in their turn costs. With notices that carry the state, as pgbreaker's and llmretrytest.MemoryStore's do, the same runs load nothing.\n\n| calls | paced: loads | paced: swaps | closing: loads | closing: swaps |\n|--:|--:|--:|--:|--:|\n")
 	for i, n := range StoreSizes {
 		p, c := r.Store[storeLoads[0]][i], r.Store[storeLoads[1]][i]
 		fmt.Fprintf(&b, "| %d | %.2f | %.2f | %.2f | %.2f |\n", n,

@@ -231,7 +231,8 @@ func StoreClosing(t *testing.T, n int) Result {
 		var answered, sent atomic.Int64
 		var down atomic.Bool
 		down.Store(true)
-		store := &llmretrytest.MemoryStore{Latency: time.Millisecond}
+		// Notices without the state: the loads are what waking costs.
+		store := &llmretrytest.MemoryStore{Latency: time.Millisecond, StatelessNotices: true}
 		call := func(ctx context.Context, _ int) (string, error) {
 			sent.Add(1)
 			if down.Load() {
@@ -279,7 +280,9 @@ func pacedDrain(n, procs int, latency time.Duration) Result {
 		store                   *llmretrytest.MemoryStore
 	)
 	if procs > 1 {
-		store = &llmretrytest.MemoryStore{Latency: latency}
+		// Notices without the state: the loads are what waking costs
+		// (with notices that carry it, a waiting call loads nothing).
+		store = &llmretrytest.MemoryStore{Latency: latency, StatelessNotices: true}
 	}
 	call := func(ctx context.Context, _ int) (string, error) {
 		sent.Add(1)
