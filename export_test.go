@@ -77,3 +77,11 @@ func ChangeFleetState(data []byte, change func(*FleetState)) ([]byte, error) {
 func NewerFormatState() []byte {
 	return []byte(`{"v":` + strconv.Itoa(sharedFormat+1) + `}`)
 }
+
+// Freshen brings b's view up to its store's newest notice, as a pool's
+// choice does from another goroutine than the sync's.
+func Freshen(b *Breaker) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.freshen(time.Now())
+}

@@ -46,6 +46,7 @@ type fleet struct {
 	procs     []procEntry // the fleet's processes as last seen, this one's included
 	dirty     bool        // the view is not to be trusted until read again: a write failed, or went unheard
 	behind    bool        // another process wrote a version the view does not hold: a compare-and-swap found it
+	writing   bool        // a compare-and-swap of the view is on its way
 	changes   uint64      // the changes heard so far
 	base      uint64      // changes when the view was last known to be the state
 	mine      uint64      // of the changes heard since base, how many are this process's own writes
@@ -140,13 +141,15 @@ func (b *Breaker) adoptRead(st shared, ver int64, now time.Time, base uint64) {
 // write of this process's own that they have not told of yet; one that
 // a compare-and-swap found behind, or that holds decisions whose write
 // failed, newer than the notices', is not the state until a notice or a
-// load says what is. b.mu is held.
+// load says what is. While a write is on its way the view is the write's,
+// and the sync that made it holds a count of carry: a notice, even of
+// that very write, waits for its answer. b.mu is held.
 func (b *Breaker) freshen(now time.Time) bool {
 	n, ok := b.Store.(StateNotifier)
-	if !ok {
+	f := b.fleetOf()
+	if !ok || f.writing {
 		return false
 	}
-	f := b.fleetOf()
 	data, ver, ok := n.Noticed(b.Key)
 	switch {
 	case !ok:
@@ -464,6 +467,7 @@ func (b *Breaker) sync(batch []*request) {
 			next, held = encodeShared(&st), len(f.carry)
 		}
 		ver := f.version
+		f.writing = changed
 		b.mu.Unlock()
 		if !changed {
 			b.mu.Lock()
@@ -482,6 +486,7 @@ func (b *Breaker) sync(batch []*request) {
 			// by this process alone, as one let through while the store
 			// failed is: the fleet may never have numbered it.
 			b.mu.Lock()
+			f.writing = false
 			f.unwritten = true
 			localize(batch, &d)
 			for i := range f.carry[:held] {
@@ -503,6 +508,7 @@ func (b *Breaker) sync(batch []*request) {
 			return
 		case ok:
 			b.mu.Lock()
+			f.writing = false
 			f.version = ver + 1
 			if e := b.entry(f.id); e != nil {
 				f.leaseAt, f.renewFail = e.Lease, time.Time{}
@@ -523,6 +529,7 @@ func (b *Breaker) sync(batch []*request) {
 		// step; without jitter, replays of a fleet in virtual time stay
 		// identical.)
 		b.mu.Lock()
+		f.writing = false
 		b.restore(before)
 		f.wseq--
 		f.behind = true

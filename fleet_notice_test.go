@@ -1,7 +1,9 @@
 package llmretry_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -134,6 +136,67 @@ func TestPoolChoosesByNoticedState(t *testing.T) {
 		}
 		if got := store.Calls(); got != before {
 			t.Errorf("store calls for a: %+v, then %+v; want none", before, got)
+		}
+	})
+}
+
+// earlyNotices is a MemoryStore whose notice of a write can come before
+// the write's answer, as PostgreSQL's may, and which can fail the next
+// compare-and-swap before writing. During tells the test of a write on
+// its way, its notice already come.
+type earlyNotices struct {
+	llmretrytest.MemoryStore
+	failNext atomic.Bool
+	during   func()
+	early    atomic.Pointer[noticed]
+}
+
+func (s *earlyNotices) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
+	if s.failNext.CompareAndSwap(true, false) {
+		return false, errors.New("connection reset")
+	}
+	ok, err := s.MemoryStore.CompareAndSwap(ctx, key, version, next)
+	if ok && s.during != nil {
+		s.early.Store(&noticed{bytes.Clone(next), version + 1})
+		s.during()
+	}
+	return ok, err
+}
+
+func (s *earlyNotices) Noticed(key string) ([]byte, int64, bool) {
+	if n := s.early.Load(); n != nil {
+		return n.state, n.ver, true
+	}
+	return s.MemoryStore.Noticed(key)
+}
+
+// A notice of a write that comes before the write's answer leaves the
+// view alone until the answer: the sync that made the write counts on
+// what it carried. Here a write fails unanswered, so what it held is
+// carried into the next, and while that next is on its way its notice
+// comes and another goroutine (a pool's choice) reads the notices.
+func TestFleetNoticeOfAWriteOnItsWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &earlyNotices{}
+		br := &llmretry.Breaker{Store: store, Key: "k"}
+		c := &chain{Backends: []backend{{Model: "a", Call: reportingCall(func(string) time.Duration { return 0 }), Breaker: br}}}
+		if _, err := c.Do(t.Context(), "warm"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(ms)
+		store.failNext.Store(true)
+		store.during = func() { llmretry.Freshen(br) }
+		if _, err := c.Do(t.Context(), "carried"); err != nil {
+			t.Fatal(err)
+		}
+		store.during = nil
+		store.early.Store(nil)
+		time.Sleep(ms)
+		if _, err := c.Do(t.Context(), "after"); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tally{Admitted: 3, Back: 3}, storedTally(t, &store.MemoryStore, "k")); diff != "" {
+			t.Errorf("stored counts (-want +got):\n%s", diff)
 		}
 	})
 }
