@@ -17,9 +17,11 @@ import (
 // state; the other processes appear in it by their entries (procEntry).
 // Every decision of this process on the key goes through one sync at a
 // time, which takes every decision due by then together (group commit):
-// it loads the state only when another process may have changed it since
-// (stale), decides on it, and writes it back by compare-and-swap when
-// anything changed, deciding again on a conflict. What the store did not
+// it brings the view up to the store's newest notice when the notices
+// carry the state (freshen), loads the state only when another process
+// may have changed it since and no notice says how (stale), decides on
+// it, and writes it back by compare-and-swap when anything changed,
+// deciding again on a conflict. What the store did not
 // take is kept (carry) and made again with the next write: a decision
 // made on the view while the store failed, and one whose write's fate is
 // not known, unless the state then shows that write landed (the
@@ -166,6 +168,19 @@ func (b *Breaker) freshen(now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// applyCarry makes on a view read from the store what this process
+// decided that the store has not taken, once. b.mu is held.
+func (b *Breaker) applyCarry() {
+	f := b.fleet
+	if f.inView {
+		return
+	}
+	for _, c := range f.carry {
+		b.apply(c)
+	}
+	f.inView = true
 }
 
 // stale reports whether another process may have changed the state
@@ -438,7 +453,7 @@ func (b *Breaker) sync(batch []*request) {
 			// many of this process's calls wait: they go with the next
 			// write.
 			f.carry = append(f.carry, d.wrote...)
-			f.down = false
+			f.down = f.down && !load // the store answered, if it was asked
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
 			return
@@ -471,7 +486,7 @@ func (b *Breaker) sync(batch []*request) {
 		b.mu.Unlock()
 		if !changed {
 			b.mu.Lock()
-			f.down = false
+			f.down = f.down && !load
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
 			return
@@ -533,6 +548,9 @@ func (b *Breaker) sync(batch []*request) {
 		b.restore(before)
 		f.wseq--
 		f.behind = true
+		// Notices may trail the store under contention: after a second
+		// loss, read it.
+		mustLoad = mustLoad || try >= 1
 		b.mu.Unlock()
 		if !pause(ctx, time.Millisecond<<min(try, 6)) {
 			b.decideLocally(now, batch, errStoreBusy)
@@ -760,13 +778,7 @@ func (b *Breaker) decideBatch(now time.Time, batch []*request) syncDecision {
 	f := b.fleet
 	var d syncDecision
 	b.expireProcs(now)
-	if !f.inView {
-		// What an earlier write did not get into the store.
-		for _, c := range f.carry {
-			b.apply(c)
-		}
-		f.inView = true
-	}
+	b.applyCarry()
 	if r := b.renewal(); !r.IsZero() && !now.Before(r) {
 		b.entry(f.id).Lease = now.Add(b.lease())
 		d.renew = true
@@ -1122,7 +1134,10 @@ func (b *Breaker) heard(notice bool) {
 	b.mu.Lock()
 	f := b.fleet
 	f.changes++
-	f.dirty = f.dirty || !notice
+	// A notice may stand for several changes (the channel holds one):
+	// a line that listens for the probe's outcome reads on each, lest it
+	// take one for this process's own write and miss the outcome.
+	f.dirty = f.dirty || !notice || f.listen
 	listen := f.listen
 	b.mu.Unlock()
 	if listen {

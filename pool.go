@@ -79,6 +79,9 @@ func (b *Breaker) standing(now time.Time, c cost) standing {
 	defer b.mu.Unlock()
 	if b.Store != nil {
 		b.freshen(now)
+		// The view read from the store, with what this process decided
+		// that the store has not taken, as a sync decides on it.
+		b.applyCarry()
 	}
 	b.line.advance(now)
 	k := b.allWaiting()

@@ -33,10 +33,7 @@ import (
 // waiting call is woken in its turn rather than on every change. So a
 // request through a closed breaker costs at most four store calls, and
 // usually fewer; a call that waits in line costs a load more each time
-// its turn can have come. A store whose notices carry the state they
-// announce ([StateNotifier]; pgbreaker's and llmretrytest.MemoryStore
-// do) saves most loads: a process decides on the state the newest notice
-// brought, and loads only when the notices cannot say what the state is.
+// its turn can have come. A [StateNotifier] saves nearly every load.
 //
 // On PostgreSQL a store is one row per key: the key, a version column and
 // the state (bytea); CompareAndSwap is an UPDATE (or, at version 0, an
@@ -66,18 +63,23 @@ type BreakerStore interface {
 	Watch(ctx context.Context, key string) (<-chan struct{}, error)
 }
 
-// StateNotifier is a BreakerStore whose Watch notices carry the state
-// they announce. A Breaker that hears of a change takes the state from
-// Noticed, without a store call, and loads only when no notice carried
-// it.
+// StateNotifier is a BreakerStore whose notices of a change carry the
+// state they announce. A Breaker on one decides on the newest noticed
+// state, without a store call, and loads only when the notices cannot
+// say what the state is; pgbreaker's store and llmretrytest.MemoryStore
+// are StateNotifiers. A store that wraps one must pass Noticed through,
+// or its Breakers load before each decision.
 type StateNotifier interface {
 	BreakerStore
-	// Noticed returns the state of key that the newest notice received
-	// by this store's watches of key carried, and its version. ok is
-	// false when none was received, or the newest carried no state. The
-	// state must be in place before the notice's value is sent on a
-	// Watch channel. Noticed does not call the store and does not block;
-	// the caller does not modify the bytes.
+	// Noticed returns the state of key that the newest notice of a
+	// change carried, and its version. The notices must tell of every
+	// change of key since the store's first call with key, whether or
+	// not a Watch of key runs: ok is false when one may have gone
+	// unheard (a connection lost), when none came yet, and when the
+	// newest carried no state. The state must be in place before the
+	// notice's value is sent on a Watch channel. Noticed does not call
+	// the store and does not block; the caller does not modify the
+	// bytes.
 	Noticed(key string) (state []byte, version int64, ok bool)
 }
 

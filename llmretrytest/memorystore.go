@@ -209,7 +209,7 @@ func (m *MemoryStore) Noticed(key string) (state []byte, version int64, ok bool)
 		return nil, 0, false
 	}
 	r, ok := m.noticed[key]
-	return r.state, r.version, ok
+	return bytes.Clone(r.state), r.version, ok
 }
 
 // Watch returns a channel that receives after each change of key's

@@ -22,12 +22,13 @@ import (
 // concurrent compare-and-swaps at one version let exactly one through; a
 // Watch hears a change of its key and is closed when its context ends
 // (unless the store cannot watch: a nil channel); a store whose notices
-// carry the state ([llmretry.StateNotifier]) has, once a Watch heard of a
-// change, that state and version, or none, in Noticed, never another; a
-// call whose context is done returns an error and writes nothing. Each check runs as a subtest
-// on a store newStore returns, with keys that begin with prefix, so a
-// store on a shared database can be checked as it is. Call it from a test
-// of the store's own package, as pgbreaker's tests do:
+// carry the state ([llmretry.StateNotifier]) has, once a Watch heard of
+// a change, that state and version, or none, in Noticed, never another;
+// a call whose context is done returns an error and writes nothing. Each
+// check runs as a subtest on a store newStore returns, with keys that
+// begin with prefix, so a store on a shared database can be checked as
+// it is. Call it from a test of the store's own package, as pgbreaker's
+// tests do:
 //
 //	func TestConformance(t *testing.T) {
 //		llmretrytest.TestBreakerStore(t, "conformance", func() llmretry.BreakerStore { return store })

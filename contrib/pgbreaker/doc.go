@@ -84,11 +84,15 @@
 // lost: on one channel with the key, as earlier versions of this package
 // announce it and listen for it, and on another with the row, its state
 // in base64, unless the notice would be too big for PostgreSQL (8,000
-// bytes; a state of about 5.9 KB). It takes its rows' locks in the order of their keys, so that two
-// processes writing the same keys wait for each other rather than
-// deadlock. It commits without waiting for the WAL flush: a breaker's
+// bytes; a state of about 5.9 KB). It takes its rows' locks in the order
+// of their keys, so that two processes writing the same keys wait for
+// each other rather than deadlock. It commits without waiting for the WAL flush: a breaker's
 // state is soft, and a crash that loses the last writes loses what the
-// next answers tell again.
+// next answers tell again. The notices share PostgreSQL's notification
+// queue (8 GB by default) with every other NOTIFY of the server; one that
+// carries a state takes up to 8 KB of it until every listener has read
+// it, and a write fails if the queue is full:
+// pg_notification_queue_usage() tells how full it is.
 //
 //	WITH nosync AS (SELECT set_config('synchronous_commit', 'off', true)),
 //	w AS (
@@ -102,13 +106,13 @@
 //		RETURNING b.key, b.version, b.state
 //	),
 //	n AS (
-//		SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' || octet_length(key) || ':' || key AS head,
+//		SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' AS head,
 //			CASE WHEN octet_length(key) + 4 * ((octet_length(state) + 2) / 3) < 7900
 //				THEN translate(encode(state, 'base64'), E'\n', '') END AS body
 //		FROM w
 //	)
 //	SELECT n.key, pg_notify('llmretry_breaker', n.key),
-//		pg_notify('llmretry_breaker_state', CASE WHEN body IS NULL THEN 'n' || head ELSE 's' || head || body END)
+//		pg_notify('llmretry_breaker_state', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END)
 //	FROM n, nosync
 //
 // A key the write does not return lost to another process's write: the

@@ -44,9 +44,10 @@ func answerer(srv *llmretrytest.Server) func(context.Context, string) (string, e
 
 // When the store fails, the chain does not: against a database that
 // refuses connections, one that never answers, and a pool and listening
-// connection closed between two rounds of calls, every call is answered (so it ended within its
-// deadline, or Do would have returned TimedOut) with one request each,
-// and the Breaker counts the store's failures in its state.
+// connection closed between two rounds of calls, every call is answered
+// (so it ended within its deadline, or Do would have returned TimedOut)
+// with one request each, and the Breaker counts the store's failures in
+// its state.
 func TestStoreFailure(t *testing.T) {
 	// Calls at once in each round: as many as the pool has connections
 	// by default on this machine, so that none waits for one.

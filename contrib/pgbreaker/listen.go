@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // channel is the NOTIFY channel every store of every process uses; the
@@ -124,8 +125,9 @@ func (l *listener) noticedOf(key string) (state []byte, version int64, ok bool) 
 // watchers of its key. Its state is kept before they wake (a watcher
 // that wakes reads it). A notice on channel says only that the key
 // changed: until a notice on stateChannel says more, what was kept is
-// stale. A payload on stateChannel that cannot be read says the same of
-// every key.
+// stale. A payload on stateChannel that cannot be read is not this
+// package's (any client may NOTIFY): the write it stands for, if any, was
+// told of on channel too.
 func (l *listener) hear(ch, payload string) {
 	key := payload
 	l.mu.Lock()
@@ -137,7 +139,6 @@ func (l *listener) hear(ch, payload string) {
 		}
 	case !ok:
 		l.mu.Unlock()
-		l.wakeAll()
 		return
 	case n.table != l.table:
 		// Another schema's row of the same key: its notice on channel
@@ -232,10 +233,11 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 	// the connection's last statement for pg_stat_activity to show.)
 	var table uint32
 	tableCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
-	if err := conn.QueryRow(tableCtx, tableSQL).Scan(&table); err != nil {
-		table = 0
-	}
+	err = conn.QueryRow(tableCtx, tableSQL).Scan(&table)
 	cancel()
+	if pgErr := (*pgconn.PgError)(nil); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == undefinedTable) {
+		return false // the connection failed: try again
+	}
 	l.mu.Lock()
 	l.table = table
 	l.mu.Unlock()
@@ -277,6 +279,10 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		}
 	}
 }
+
+// undefinedTable is PostgreSQL's error code for a table that does not
+// exist: tableSQL's before Migrate made it.
+const undefinedTable = "42P01"
 
 // The listening connection's keepalive and ping timeout: a silent
 // connection is found out within their sum. A ping every half minute

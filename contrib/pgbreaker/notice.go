@@ -18,7 +18,7 @@ const stateChannel = "llmretry_breaker_state"
 // 8,000 bytes or more, and a statement whose NOTIFY it refused fails.
 // A row too big for it is announced without its state. The bound is
 // on the key and the state in base64; the rest of the payload (a letter,
-// the version, the key's length) takes less than 100 bytes more. A
+// the table's oid, the version) takes less than 100 bytes more. A
 // string, as swapSQL writes it.
 const maxNotice = "7900"
 
@@ -36,45 +36,33 @@ type notice struct {
 
 // parseNotice reads a payload that swapSQL wrote on stateChannel:
 //
-//	s<table's oid>:<version>:<bytes in key>:<key><state in base64>
-//	n<table's oid>:<version>:<bytes in key>:<key>
+//	s<table's oid>:<version>:<state in base64>:<key>
+//	n<table's oid>:<version>:<key>
 //
-// The second is a row too big for a notice. It reports false for any
-// other payload.
+// The second is a row too big for a notice. The key comes last, as it
+// may hold colons (base64 does not). It reports false for any other
+// payload.
 func parseNotice(payload string) (notice, bool) {
 	if len(payload) == 0 || payload[0] != 's' && payload[0] != 'n' {
 		return notice{}, false
 	}
 	carried := payload[0] == 's'
-	table, rest, ok := strings.Cut(payload[1:], ":")
-	if !ok {
+	table, rest, ok1 := strings.Cut(payload[1:], ":")
+	ver, rest, ok2 := strings.Cut(rest, ":")
+	oid, err1 := strconv.ParseUint(table, 10, 32)
+	v, err2 := strconv.ParseInt(ver, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil || oid == 0 || v <= 0 {
 		return notice{}, false
 	}
-	ver, rest, ok := strings.Cut(rest, ":")
-	if !ok {
-		return notice{}, false
-	}
-	n, rest, ok := strings.Cut(rest, ":")
-	if !ok {
-		return notice{}, false
-	}
-	oid, err0 := strconv.ParseUint(table, 10, 32)
-	v, err1 := strconv.ParseInt(ver, 10, 64)
-	size, err2 := strconv.Atoi(n)
-	if err0 != nil || err1 != nil || err2 != nil || oid == 0 || v <= 0 || size < 0 || size > len(rest) {
-		return notice{}, false
-	}
-	out := notice{table: uint32(oid), key: rest[:size], version: v, carried: carried}
+	out := notice{table: uint32(oid), key: rest, version: v, carried: carried}
 	if !carried {
-		if rest[size:] != "" {
-			return notice{}, false
-		}
 		return out, true
 	}
-	state, err := base64.StdEncoding.DecodeString(rest[size:])
-	if err != nil {
+	b64, key, ok := strings.Cut(rest, ":")
+	state, err := base64.StdEncoding.DecodeString(b64)
+	if !ok || err != nil {
 		return notice{}, false
 	}
-	out.state = state
+	out.key, out.state = key, state
 	return out, true
 }

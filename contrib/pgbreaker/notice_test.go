@@ -14,19 +14,17 @@ func TestParseNotice(t *testing.T) {
 		want    notice
 		ok      bool
 	}{
-		{"s16384:7:13:openai/gpt-4oeyJ2IjoyfQ==", notice{table: 16384, key: "openai/gpt-4o", version: 7, state: []byte(`{"v":2}`), carried: true}, true},
-		{"s16384:2:6:a:b/üeA==", notice{table: 16384, key: "a:b/ü", version: 2, state: []byte("x"), carried: true}, true},
-		{"n5:9:3:abc", notice{table: 5, key: "abc", version: 9}, true},
-		{"n5:9:3:abcd", notice{}, false},   // more than the key
-		{"s5:1:40:short", notice{}, false}, // the key's length past the end
-		{"s5:1:1:a!!", notice{}, false},    // not base64
-		{"s5:0:1:aeA==", notice{}, false},  // no write makes version 0
-		{"s0:1:1:aeA==", notice{}, false},  // no table has oid 0
-		{"s1:1:aeA==", notice{}, false},    // no table
+		{"s16384:7:eyJ2IjoyfQ==:openai/gpt-4o", notice{table: 16384, key: "openai/gpt-4o", version: 7, state: []byte(`{"v":2}`), carried: true}, true},
+		{"s16384:2:eA==:a:b/ü", notice{table: 16384, key: "a:b/ü", version: 2, state: []byte("x"), carried: true}, true},
+		{"n5:9:a:b", notice{table: 5, key: "a:b", version: 9}, true},
+		{"s5:1:a!!:k", notice{}, false},    // not base64
+		{"s5:1:eA==", notice{}, false},     // no key after the state
+		{"s5:0:eA==:k", notice{}, false},   // no write makes version 0
+		{"s0:1:eA==:k", notice{}, false},   // no table has oid 0
+		{"s1:eA==", notice{}, false},       // no version
 		{"openai/gpt-4o", notice{}, false}, // channel's payload, the key alone
-		{"x5:1:1:a", notice{}, false},      // neither s nor n
+		{"x5:1:eA==:k", notice{}, false},   // neither s nor n
 		{"", notice{}, false},
-		{"s5:1:a", notice{}, false},
 	}
 	for _, tc := range tests {
 		got, ok := parseNotice(tc.payload)

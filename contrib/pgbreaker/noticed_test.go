@@ -5,13 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/contrib/pgbreaker"
 )
-
-// The store's notices carry the state: a Breaker on it decides on the
-// newest one without a load.
-var _ llmretry.StateNotifier = (*pgbreaker.Store)(nil)
 
 // Another process's write reaches this one's Noticed with its notice:
 // the state and its version, for a key with a colon and non-ASCII text

@@ -57,10 +57,11 @@ WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT atti
 	// key it wrote in the same statement, so that no write goes
 	// unannounced and no notice announces a write that failed (NOTIFY
 	// is delivered at commit): on channel with the key, and on
-	// stateChannel with the table and the row (see parseNotice), its state left out
-	// when the notice would be too big for PostgreSQL (maxNotice, less
-	// what the rest of the payload takes). It returns the keys it wrote; a key it
-	// does not return lost to another write. One statement serves every
+	// stateChannel with the table and the row (see parseNotice), its
+	// state left out when the notice would be too big for PostgreSQL
+	// (maxNotice, less what the rest of the payload takes). It returns
+	// the keys it wrote; a key it does not return lost to another
+	// write. One statement serves every
 	// key being written at the time (see batch.go), each key at most
 	// once. It takes its rows' locks in the order of their keys, so that
 	// two processes writing the same keys at once wait for each other
@@ -84,13 +85,13 @@ w AS (
 	RETURNING b.key, b.version, b.state
 ),
 n AS (
-	SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' || octet_length(key) || ':' || key AS head,
+	SELECT key, 'llmretry_breaker'::regclass::oid || ':' || version || ':' AS head,
 		CASE WHEN octet_length(key) + 4 * ((octet_length(state) + 2) / 3) < ` + maxNotice + `
 			THEN translate(encode(state, 'base64'), E'\n', '') END AS body
 	FROM w
 )
 SELECT n.key, pg_notify('` + channel + `', n.key),
-	pg_notify('` + stateChannel + `', CASE WHEN body IS NULL THEN 'n' || head ELSE 's' || head || body END)
+	pg_notify('` + stateChannel + `', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END)
 FROM n, nosync`
 )
 

@@ -121,17 +121,20 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 }
 
 // Noticed returns the state of key that the newest notice of a change
-// carried, and its version, without a statement: each write's notice
-// carries the row, unless it is too big for a NOTIFY (about 5.9 KB of
-// state). ok is false until a notice of key comes after the store's
-// first call with key, after a notice that carried no state, and from the moment the
-// listening connection is lost until a notice comes on the next one: a
-// change may have gone unheard. It makes the store an
-// [llmretry.StateNotifier], so that a Breaker decides on the state the
-// notices brought and loads only when they cannot say what it is.
+// carried, and its version, without a statement, making the store an
+// [llmretry.StateNotifier]: each write's notice carries the row, unless
+// it is too big for a NOTIFY (about 5.9 KB of state). ok is false until
+// a notice of key comes after the store's first call with key, after a
+// notice that carried no state, and from the moment the listening
+// connection is found lost until a notice comes on the next one. A
+// connection that dies without a word is found lost within the keepalive
+// and the ping's timeout (35 s): until then a Breaker's decisions that
+// write nothing are made on the last state noticed; one that writes is
+// checked by its compare-and-swap. The store keeps the newest state of
+// each key it was called with, for as long as it runs.
 func (s *Store) Noticed(key string) (state []byte, version int64, ok bool) {
 	return s.l.noticedOf(key)
 }
 
-// The store must keep to the seam the core calls.
-var _ llmretry.BreakerStore = (*Store)(nil)
+// The store must keep to the seam the core calls, notices included.
+var _ llmretry.StateNotifier = (*Store)(nil)

@@ -235,9 +235,11 @@ func TestWatch(t *testing.T) {
 	if ok, err := writer.CompareAndSwap(ctx, key, 0, []byte("1")); !ok || err != nil {
 		t.Fatalf("CompareAndSwap() = %v, %v; want true, nil", ok, err)
 	}
+	// A write wakes twice, its notice on the key's channel first: the
+	// state comes with the second.
 	recv(t, ch, "a write in another process")
-	if _, ver, ok := watcher.Noticed(key); !ok || ver != 1 {
-		t.Errorf("Noticed() after the write = version %d, %v; want version 1", ver, ok)
+	for _, ver, ok := watcher.Noticed(key); !ok || ver != 1; _, ver, ok = watcher.Noticed(key) {
+		recv(t, ch, "the write's state")
 	}
 
 	// Cut the listening connection from the server's side, as a restart
