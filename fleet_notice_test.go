@@ -53,7 +53,8 @@ func TestFleetDecidesOnNoticedState(t *testing.T) {
 }
 
 // laggingNotices is a MemoryStore whose notices, once frozen, go on
-// telling of the state they told of then: notices that lag the writes.
+// telling of the state they told of then (notices that lag the writes),
+// or of one the test sets.
 type laggingNotices struct {
 	llmretrytest.MemoryStore
 	frozen atomic.Pointer[noticed]
@@ -140,15 +141,14 @@ func TestPoolChoosesByNoticedState(t *testing.T) {
 	})
 }
 
-// earlyNotices is a MemoryStore whose notice of a write can come before
-// the write's answer, as PostgreSQL's may, and which can fail the next
-// compare-and-swap before writing. During tells the test of a write on
-// its way, its notice already come.
+// earlyNotices is a laggingNotices whose notice of a write can come
+// before the write's answer, as PostgreSQL's may, and which can fail the
+// next compare-and-swap before writing. During tells the test of a write
+// on its way, its notice already come.
 type earlyNotices struct {
-	llmretrytest.MemoryStore
+	laggingNotices
 	failNext atomic.Bool
 	during   func()
-	early    atomic.Pointer[noticed]
 }
 
 func (s *earlyNotices) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
@@ -157,17 +157,10 @@ func (s *earlyNotices) CompareAndSwap(ctx context.Context, key string, version i
 	}
 	ok, err := s.MemoryStore.CompareAndSwap(ctx, key, version, next)
 	if ok && s.during != nil {
-		s.early.Store(&noticed{bytes.Clone(next), version + 1})
+		s.frozen.Store(&noticed{bytes.Clone(next), version + 1})
 		s.during()
 	}
 	return ok, err
-}
-
-func (s *earlyNotices) Noticed(key string) ([]byte, int64, bool) {
-	if n := s.early.Load(); n != nil {
-		return n.state, n.ver, true
-	}
-	return s.MemoryStore.Noticed(key)
 }
 
 // A notice of a write that comes before the write's answer leaves the
@@ -190,7 +183,7 @@ func TestFleetNoticeOfAWriteOnItsWay(t *testing.T) {
 			t.Fatal(err)
 		}
 		store.during = nil
-		store.early.Store(nil)
+		store.frozen.Store(nil)
 		time.Sleep(ms)
 		if _, err := c.Do(t.Context(), "after"); err != nil {
 			t.Fatal(err)
