@@ -85,3 +85,8 @@ func Freshen(b *Breaker) {
 	defer b.mu.Unlock()
 	b.freshen(time.Now())
 }
+
+// ReadStanding reads b's standing, as a pool's choice does.
+func ReadStanding(b *Breaker) {
+	b.standing(time.Now(), cost{})
+}

@@ -440,6 +440,7 @@ func (b *Breaker) sync(batch []*request) {
 			// A change heard while the load was on its way may not be in
 			// what it read.
 			b.adoptRead(st, ver, now, heard)
+			f.down = false // the store answered
 			b.mu.Unlock()
 		}
 		b.mu.Lock()
@@ -453,7 +454,6 @@ func (b *Breaker) sync(batch []*request) {
 			// many of this process's calls wait: they go with the next
 			// write.
 			f.carry = append(f.carry, d.wrote...)
-			f.down = f.down && !load // the store answered, if it was asked
 			b.mu.Unlock()
 			b.deliver(batch, d, now)
 			return
@@ -485,9 +485,6 @@ func (b *Breaker) sync(batch []*request) {
 		f.writing = changed
 		b.mu.Unlock()
 		if !changed {
-			b.mu.Lock()
-			f.down = f.down && !load
-			b.mu.Unlock()
 			b.deliver(batch, d, now)
 			return
 		}
@@ -545,6 +542,7 @@ func (b *Breaker) sync(batch []*request) {
 		// identical.)
 		b.mu.Lock()
 		f.writing = false
+		f.down = false // the store answered
 		b.restore(before)
 		f.wseq--
 		f.behind = true

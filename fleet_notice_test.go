@@ -193,3 +193,41 @@ func TestFleetNoticeOfAWriteOnItsWay(t *testing.T) {
 		}
 	})
 }
+
+// What a process decided while the store was down reaches the store
+// with its next write, also when a pool read the process's standing in
+// between: here the breaker opened while the store failed, a pool reads
+// its standing once the store is back, and the next call's sync writes
+// the breaker open for the fleet, whose other process then skips it.
+func TestFleetStandingKeepsCarry(t *testing.T) {
+	for _, look := range []bool{false, true} {
+		t.Run(fmt.Sprintf("standing_read=%v", look), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &llmretrytest.MemoryStore{Latency: 2 * ms}
+				brs := fleet(2, true, store)
+				fail := func(context.Context, string) (string, error) { return "", errDown }
+				c := &chain{Backends: []backend{{Model: "a", Call: fail, Breaker: brs[0]}}}
+				c.Do(t.Context(), "before")
+				time.Sleep(ms)
+				store.Fail(errors.New("down"))
+				trip(t, brs[0], errDown)
+				store.Fail(nil)
+				time.Sleep(ms)
+				if look {
+					llmretry.ReadStanding(brs[0])
+				}
+				c.Do(t.Context(), "after") // skipped: its sync writes what was carried
+				time.Sleep(ms)
+				if st := storedState(t, store, "openai/gpt-4o"); st.Until.IsZero() {
+					t.Errorf("stored %+v, want the breaker open", st)
+				}
+				a := newDesk("a", takes(0))
+				other := &chain{Backends: []backend{{Model: "a", Call: a.Call, Breaker: brs[1]}}}
+				other.Do(t.Context(), "other")
+				if len(a.log()) != 0 {
+					t.Errorf("the other process sent %v, want a skip: the breaker is open", a.log())
+				}
+			})
+		})
+	}
+}

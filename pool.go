@@ -79,9 +79,14 @@ func (b *Breaker) standing(now time.Time, c cost) standing {
 	defer b.mu.Unlock()
 	if b.Store != nil {
 		b.freshen(now)
-		// The view read from the store, with what this process decided
-		// that the store has not taken, as a sync decides on it.
-		b.applyCarry()
+		if f := b.fleet; !f.inView && len(f.carry) > 0 {
+			// Read as a sync decides: with what this process decided
+			// that the store has not taken. The view itself is left
+			// without it, for the sync that writes it.
+			v := b.view()
+			b.applyCarry()
+			defer b.restore(v)
+		}
 	}
 	b.line.advance(now)
 	k := b.allWaiting()

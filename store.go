@@ -33,7 +33,7 @@ import (
 // waiting call is woken in its turn rather than on every change. So a
 // request through a closed breaker costs at most four store calls, and
 // usually fewer; a call that waits in line costs a load more each time
-// its turn can have come. A [StateNotifier] saves nearly every load.
+// its turn can have come. A [StateNotifier] saves most loads.
 //
 // On PostgreSQL a store is one row per key: the key, a version column and
 // the state (bytea); CompareAndSwap is an UPDATE (or, at version 0, an

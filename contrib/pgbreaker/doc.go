@@ -81,10 +81,10 @@
 // still at the version that was read (compare-and-swap), inserts the
 // row on the first write, and announces each change to every process in
 // the same statement, so that a notice never announces a write that
-// lost: on one channel with the key, as earlier versions of this package
-// announce it and listen for it, and on another with the row, its state
-// in base64, unless the notice would be too big for PostgreSQL (8,000
-// bytes; a state of about 5.9 KB). It takes its rows' locks in the order
+// lost: on one channel with the row, its state in base64, unless the
+// notice would be too big for PostgreSQL (8,000 bytes; a state of about
+// 5.9 KB), and on another with the key, as earlier versions of this
+// package announce it and listen for it. It takes its rows' locks in the order
 // of their keys, so that two processes writing the same keys wait for
 // each other rather than deadlock. It commits without waiting for the WAL flush: a breaker's
 // state is soft, and a crash that loses the last writes loses what the
@@ -111,8 +111,9 @@
 //				THEN translate(encode(state, 'base64'), E'\n', '') END AS body
 //		FROM w
 //	)
-//	SELECT n.key, pg_notify('llmretry_breaker', n.key),
-//		pg_notify('llmretry_breaker_state', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END)
+//	SELECT n.key,
+//		pg_notify('llmretry_breaker_state', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END),
+//		pg_notify('llmretry_breaker', n.key)
 //	FROM n, nosync
 //
 // A key the write does not return lost to another process's write: the

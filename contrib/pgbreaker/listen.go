@@ -96,6 +96,7 @@ type noticed struct {
 	version int64
 	state   []byte
 	carried bool
+	told    bool // a write's notice on stateChannel came, and its notice on channel is still to come
 }
 
 // use records that this process uses key: the notices of its changes
@@ -122,39 +123,49 @@ func (l *listener) noticedOf(key string) (state []byte, version int64, ok bool) 
 }
 
 // hear takes in a notice on ch, the channel it came on, and wakes the
-// watchers of its key. Its state is kept before they wake (a watcher
-// that wakes reads it). A notice on channel says only that the key
-// changed: until a notice on stateChannel says more, what was kept is
-// stale. A payload on stateChannel that cannot be read is not this
-// package's (any client may NOTIFY): the write it stands for, if any, was
-// told of on channel too.
+// watchers of its key. A write of this package notifies stateChannel and
+// then channel, in one transaction, whose notices come together: the
+// first keeps the state (before the watchers wake, as a watcher that
+// wakes reads it) and wakes them, and the second is then passed over. A
+// notice on channel alone (a write of an earlier version of this
+// package, or of another schema's table, whose notice on stateChannel is
+// not kept) says only that the key changed: what was kept is then stale.
+// A payload on stateChannel that cannot be read is not this package's
+// (any client may NOTIFY): the write it stands for, if any, notified
+// channel too.
 func (l *listener) hear(ch, payload string) {
-	key := payload
 	l.mu.Lock()
-	switch n, ok := parseNotice(payload); {
-	case ch == channel:
-		if k, used := l.keys[key]; used {
-			k.carried = false
+	defer l.mu.Unlock()
+	key := payload
+	k, used := l.keys[key]
+	if ch == channel {
+		if used {
+			told := k.told
+			k.carried, k.told = k.carried && told, false
 			l.keys[key] = k
+			if told {
+				return
+			}
 		}
-	case !ok:
-		l.mu.Unlock()
-		return
-	case n.table != l.table:
-		// Another schema's row of the same key: its notice on channel
-		// woke the watchers already.
-		l.mu.Unlock()
-		return
-	default:
+	} else {
+		n, ok := parseNotice(payload)
+		if !ok || n.table != l.table {
+			return
+		}
 		key = n.key
-		if k, used := l.keys[key]; used && n.version > k.version {
-			l.keys[key] = noticed{version: n.version, state: n.state, carried: n.carried}
+		k, used = l.keys[key]
+		if !used {
+			return
 		}
+		if n.version > k.version {
+			k = noticed{version: n.version, state: n.state, carried: n.carried}
+		}
+		k.told = true
+		l.keys[key] = k
 	}
 	for w := range l.watchers[key] {
 		notify(w)
 	}
-	l.mu.Unlock()
 }
 
 // forget drops what the notices said of every key used: a notice may
@@ -228,14 +239,16 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		_ = conn.Close(closeCtx)
 	}()
 	// The notices to keep are those of the table the statements reach,
-	// the connection having the pool's search_path. Before Migrate made
-	// it, none: a Breaker then loads. (Read before LISTEN, which stays
-	// the connection's last statement for pg_stat_activity to show.)
+	// the connection having the pool's search_path. When the server
+	// cannot say (before Migrate made it, a statement timeout), none: a
+	// Breaker then loads. (Read before LISTEN, which stays the
+	// connection's last statement for pg_stat_activity to show.)
 	var table uint32
 	tableCtx, cancel := context.WithTimeout(ctx, l.pingTimeout)
 	err = conn.QueryRow(tableCtx, tableSQL).Scan(&table)
 	cancel()
-	if pgErr := (*pgconn.PgError)(nil); err != nil && !(errors.As(err, &pgErr) && pgErr.Code == undefinedTable) {
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.As(err, &pgErr) {
 		return false // the connection failed: try again
 	}
 	l.mu.Lock()
@@ -279,10 +292,6 @@ func (l *listener) listenOnce(ctx context.Context) bool {
 		}
 	}
 }
-
-// undefinedTable is PostgreSQL's error code for a table that does not
-// exist: tableSQL's before Migrate made it.
-const undefinedTable = "42P01"
 
 // The listening connection's keepalive and ping timeout: a silent
 // connection is found out within their sum. A ping every half minute

@@ -56,10 +56,10 @@ WHERE attrelid = 'llmretry_breaker'::regclass AND attname = 'state' AND NOT atti
 	// version $2[i] + 1, and notifies every listening process of each
 	// key it wrote in the same statement, so that no write goes
 	// unannounced and no notice announces a write that failed (NOTIFY
-	// is delivered at commit): on channel with the key, and on
-	// stateChannel with the table and the row (see parseNotice), its
-	// state left out when the notice would be too big for PostgreSQL
-	// (maxNotice, less what the rest of the payload takes). It returns
+	// is delivered at commit): on stateChannel with the table and the
+	// row (see parseNotice), its state left out when the notice would be
+	// too big for PostgreSQL (maxNotice, less what the rest of the
+	// payload takes), and then on channel with the key. It returns
 	// the keys it wrote; a key it does not return lost to another
 	// write. One statement serves every
 	// key being written at the time (see batch.go), each key at most
@@ -90,8 +90,9 @@ n AS (
 			THEN translate(encode(state, 'base64'), E'\n', '') END AS body
 	FROM w
 )
-SELECT n.key, pg_notify('` + channel + `', n.key),
-	pg_notify('` + stateChannel + `', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END)
+SELECT n.key,
+	pg_notify('` + stateChannel + `', CASE WHEN body IS NULL THEN 'n' || head || key ELSE 's' || head || body || ':' || key END),
+	pg_notify('` + channel + `', n.key)
 FROM n, nosync`
 )
 
