@@ -183,8 +183,9 @@
 //     once through a pool of four connections: about 3,000 store calls,
 //     0.2 to 0.3 s in all, none failed.
 //   - Four processes whose calls queue for a rate-limited backend, 10 or
-//     100 callers each, at the default StoreTimeout: 0.01 loads and 1.7
-//     to 1.8 writes per request sent, no more at 100 callers than at 10
+//     100 callers each, at the default StoreTimeout: 0.01 to 0.03 loads
+//     and 1.7 to 1.8 writes per request sent, no more at 100 callers
+//     than at 10
 //     (2.6 to 3 loads before the notices carried the state).
 //   - In TestFleet's four processes, whose calls wait on a paced and on
 //     an open backend: 0.1 loads and 2.5 writes per request sent (3.1
