@@ -185,8 +185,7 @@
 //   - Four processes whose calls queue for a rate-limited backend, 10 or
 //     100 callers each, at the default StoreTimeout: 0.01 to 0.03 loads
 //     and 1.7 to 1.8 writes per request sent, no more at 100 callers
-//     than at 10
-//     (2.6 to 3 loads before the notices carried the state).
+//     than at 10 (2.6 to 3 loads before the notices carried the state).
 //   - In TestFleet's four processes, whose calls wait on a paced and on
 //     an open backend: 0.1 loads and 2.5 writes per request sent (3.1
 //     loads before).
