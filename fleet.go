@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -449,6 +450,16 @@ func (b *Breaker) sync(batch []*request) {
 		after := b.view()
 		var next []byte
 		changed := d.renew || !sameView(material(before, f.id), material(after, f.id))
+		if !changed && !load && !mustLoad && b.heldByOthersProbe(batch) {
+			// Held back, on the notices alone, by another process's
+			// probe, whose outcome may be a notice still on its way: a
+			// skip costs the call more than a load. Read, and decide
+			// again.
+			b.restore(before)
+			b.mu.Unlock()
+			mustLoad = true
+			continue
+		}
 		if !changed && !sameView(before, after) {
 			// Only counts that matter once the backend reports, and how
 			// many of this process's calls wait: they go with the next
@@ -555,6 +566,21 @@ func (b *Breaker) sync(batch []*request) {
 			return
 		}
 	}
+}
+
+// heldByOthersProbe reports whether decision batch held back a call
+// that asked because another process's probe is in flight. b.mu is held.
+func (b *Breaker) heldByOthersProbe(batch []*request) bool {
+	f := b.fleet
+	if !b.health.probing || strings.HasPrefix(f.probe, f.id+"/") {
+		return false
+	}
+	for _, r := range batch {
+		if r.kind == toAdmit && !r.gone && !r.v.pass {
+			return true
+		}
+	}
+	return false
 }
 
 // localize makes the requests that decision d of batch let through
