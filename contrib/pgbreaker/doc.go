@@ -29,7 +29,8 @@
 //	)
 //
 // One row per backend key: the name every process gives the same
-// deployment. The version counts the row's writes; the state is the
+// deployment, at most 2,048 bytes of UTF-8 (a longer key is refused with
+// an error; the table's index takes no longer). The version counts the row's writes; the state is the
 // core's bytes, kept as the core gave them: their format is the core's
 // own, and this package reads nothing of them. The table lives in the
 // first schema of the connections' search_path. Rows are never deleted:

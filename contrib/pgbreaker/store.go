@@ -92,12 +92,20 @@ func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, n
 	return c.ok, nil
 }
 
+// maxKey is the longest key a row can have, in bytes: the primary key's
+// btree index refuses an entry over about 2.7 KB.
+const maxKey = 2048
+
 // checkKey says why key cannot be a row's key: PostgreSQL's text holds
-// neither NUL nor bytes that are not UTF-8, and a key it refused would
-// fail the statement of every other key of its batch.
+// neither NUL nor bytes that are not UTF-8, its index no key longer than
+// maxKey, and a key it refused would fail the statement of every other
+// key of its batch.
 func checkKey(key string) error {
-	if !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+	switch {
+	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
 		return errors.New("key is not text PostgreSQL can hold (NUL or invalid UTF-8)")
+	case len(key) > maxKey:
+		return fmt.Errorf("key is %d bytes, longer than the %d a row's key can be", len(key), maxKey)
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package pgbreaker_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -165,14 +167,24 @@ func increment(ctx context.Context, s *pgbreaker.Store, key string) error {
 	}
 }
 
-// A key that PostgreSQL's text cannot hold is refused with an error of
-// its own, and the calls of other keys made at the same time, which may
-// share its statement, still work.
+// A key that PostgreSQL's text or the table's index cannot hold is
+// refused with an error of its own, and the calls of other keys made at
+// the same time, which may share its statement, still work.
 func TestBadKey(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_bad_key"))
 	ctx := t.Context()
-	for _, key := range []string{"nul\x00key", "latin1 \xe9t\xe9"} {
+	// Hex of counted hashes: no compression brings it under the index's
+	// limit.
+	var long strings.Builder
+	for i := 0; long.Len() < 2800; i++ {
+		fmt.Fprintf(&long, "%x", sha256.Sum256([]byte(strconv.Itoa(i))))
+	}
+	for key, want := range map[string]string{
+		"nul\x00key":       "not text PostgreSQL can hold",
+		"latin1 \xe9t\xe9": "not text PostgreSQL can hold",
+		long.String():      "longer than the 2048 a row's key can be",
+	} {
 		var wg sync.WaitGroup
 		var good error
 		wg.Go(func() { _, good = s.CompareAndSwap(ctx, testKey(t)+"/good", 0, []byte("x")) })
@@ -180,8 +192,8 @@ func TestBadKey(t *testing.T) {
 		_, serr := s.CompareAndSwap(ctx, key, 0, []byte("x"))
 		wg.Wait()
 		for _, err := range []error{lerr, serr} {
-			if err == nil || !strings.Contains(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), "not text PostgreSQL can hold") {
-				t.Errorf("key %q: error %v, want one that says the key is not text", key, err)
+			if err == nil || !strings.Contains(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), want) {
+				t.Errorf("key %.40q: error %.200v, want one that says %q", key, err, want)
 			}
 		}
 		if good != nil {
