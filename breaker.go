@@ -140,7 +140,9 @@ type Breaker struct {
 
 	// Store, when set, keeps the state the fleet shares under Key, so
 	// that Breakers of every process with the same Key act as one; nil
-	// means this Breaker alone (see [BreakerStore]).
+	// means this Breaker alone (see [BreakerStore]). A store may refuse
+	// a key it cannot keep (see its docs): every store call then fails,
+	// and the Breaker decides alone, counting StoreErrors.
 	Store        BreakerStore
 	Key          string        // the backend's name in Store, the same in every process, e.g. "openai/gpt-4o"
 	StoreTimeout time.Duration // bounds the store calls of one decision; 0 means DefaultStoreTimeout

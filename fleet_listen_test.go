@@ -2,6 +2,7 @@ package llmretry_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +12,10 @@ import (
 	"github.com/llmretry/llmretry"
 	"github.com/llmretry/llmretry/llmretrytest"
 )
+
+// The test in this file holds a waiting line to a load rule that only a
+// store whose notices carry no state can show: with notices that carry
+// it (fleet_notice_test.go), the newest notice says what changed.
 
 // batchedNotices is a MemoryStore whose Watch tells of the changes of a
 // period in one notice, as a store that polls a change feed does: after
@@ -69,7 +74,7 @@ func TestFleetListeningLineReadsOnEveryNotice(t *testing.T) {
 		store.StatelessNotices = true // a notice that carried the state would say what changed
 		procA := &llmretry.Breaker{Store: store, Key: "k"}
 		procB := &llmretry.Breaker{Store: store, Key: "k"}
-		tripFor(t, procB, 30*sec) // a hinted wait needs no retry waits
+		tripFor(t, procB, 30*sec) // open until 30 s, when B's probe goes
 		d := newDesk("a", takes(5*sec))
 		inA := &chain{Backends: []backend{{Model: "a", Call: d.Call, Breaker: procA}}}
 		inB := &chain{Backends: []backend{{Model: "a", Call: d.Call, Breaker: procB}}}
@@ -81,7 +86,9 @@ func TestFleetListeningLineReadsOnEveryNotice(t *testing.T) {
 		waits := doAt(t.Context(), inA, 32*sec, "waits")
 		time.Sleep(35 * sec)
 		cancel()
-		<-leaves
+		if r := <-leaves; !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("the call that gives up: Do() = %q, %v, want context.Canceled", r.resp, r.err)
+		}
 		for _, o := range []<-chan outcome{probe, waits} {
 			if r := <-o; r.err != nil {
 				t.Fatalf("Do() = %q, %v, want an answer", r.resp, r.err)

@@ -29,8 +29,8 @@
 //	)
 //
 // One row per backend key: the name every process gives the same
-// deployment, at most 2,048 bytes of UTF-8 (a longer key is refused with
-// an error; the table's index takes no longer). The version counts the row's writes; the state is the
+// deployment, UTF-8 without NUL and at most 2,048 bytes (see
+// [Store.Load]). The version counts the row's writes; the state is the
 // core's bytes, kept as the core gave them: their format is the core's
 // own, and this package reads nothing of them. The table lives in the
 // first schema of the connections' search_path. Rows are never deleted:
@@ -83,8 +83,8 @@
 // row on the first write, and announces each change to every process in
 // the same statement, so that a notice never announces a write that
 // lost: on one channel with the row, its state in base64, unless the
-// notice would be too big for PostgreSQL (8,000 bytes; a state of about
-// 5.9 KB), and on another with the key, as earlier versions of this
+// notice would be too big for PostgreSQL (8,000 bytes, the key's
+// included; a state of about 5.9 KB with a short key), and on another with the key, as earlier versions of this
 // package announce it and listen for it. It takes its rows' locks in the order
 // of their keys, so that two processes writing the same keys wait for
 // each other rather than deadlock. It commits without waiting for the WAL flush: a breaker's

@@ -28,3 +28,12 @@ func Listening(ctx context.Context, s *Store) error {
 // The statements, for the test that the package docs quote them as
 // they run.
 var Statements = map[string]string{"lock": lockSQL, "schema": schemaSQL, "column": columnSQL, "convert": convertSQL, "load": loadSQL, "swap": swapSQL, "table": tableSQL}
+
+// The key's check and how errors quote a key, for their tests.
+var (
+	CheckKey = checkKey
+	QuoteKey = quoteKey
+)
+
+// MaxKey is the longest key a row can have, in bytes.
+const MaxKey = maxKey

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -53,15 +54,17 @@ func (s *Store) Close() { s.l.close() }
 // Load returns the state stored for key, as the bytes written, and its
 // version: nil and version 0 when the key has no row. Its query is the
 // one of every key being loaded at the time. It returns by the end of
-// ctx; an error is the database's or ctx's, wrapped.
+// ctx; an error is the database's or ctx's, wrapped. A key that is not
+// UTF-8, holds a NUL or is longer than 2,048 bytes is refused with an
+// error before any statement runs: the row's key could not hold it.
 func (s *Store) Load(ctx context.Context, key string) ([]byte, int64, error) {
 	if err := checkKey(key); err != nil {
-		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
+		return nil, 0, fmt.Errorf("pgbreaker: load %s: %w", quoteKey(key), err)
 	}
 	s.l.use(key)
 	c := &call{key: key}
 	if err := s.loads.do(ctx, c); err != nil {
-		return nil, 0, fmt.Errorf("pgbreaker: load %q: %w", key, err)
+		return nil, 0, fmt.Errorf("pgbreaker: load %s: %w", quoteKey(key), err)
 	}
 	if c.version == 0 {
 		return nil, 0, nil
@@ -76,38 +79,56 @@ func (s *Store) Load(ctx context.Context, key string) ([]byte, int64, error) {
 // write came first. It returns by the end of ctx, and writes nothing if
 // ctx is done before its statement is sent. An error is the database's
 // or ctx's, wrapped: the write may or may not have happened (a timeout
-// can come after the commit), which the Breaker's next Load tells. It
-// keeps no reference to next.
+// can come after the commit), which the Breaker's next Load tells. A key
+// Load refuses, it refuses alike. It keeps no reference to next.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, version int64, next []byte) (bool, error) {
 	if err := checkKey(key); err != nil {
-		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
+		return false, fmt.Errorf("pgbreaker: swap %s: %w", quoteKey(key), err)
 	}
 	s.l.use(key)
 	// A copy: the statement may run after the call returns, for the
 	// other calls of its batch. (A nil slice would be sent as NULL.)
 	c := &call{key: key, version: version, state: append([]byte{}, next...)}
 	if err := s.swaps.do(ctx, c); err != nil {
-		return false, fmt.Errorf("pgbreaker: swap %q: %w", key, err)
+		return false, fmt.Errorf("pgbreaker: swap %s: %w", quoteKey(key), err)
 	}
 	return c.ok, nil
 }
 
-// maxKey is the longest key a row can have, in bytes: the primary key's
-// btree index refuses an entry over about 2.7 KB.
+// maxKey is the longest key a row can have, in bytes. The primary key's
+// btree index holds an entry of at most a third of a page, less its
+// headers: 2,704 bytes on 8 KB pages, where 2,688 bytes of hex went in
+// and 2,720 did not. A key that compresses may be longer; a round bound
+// below them all is the same on every server.
 const maxKey = 2048
 
 // checkKey says why key cannot be a row's key: PostgreSQL's text holds
 // neither NUL nor bytes that are not UTF-8, its index no key longer than
 // maxKey, and a key it refused would fail the statement of every other
-// key of its batch.
+// key of its batch. (Watch runs no statement, and does not check.)
 func checkKey(key string) error {
 	switch {
 	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
 		return errors.New("key is not text PostgreSQL can hold (NUL or invalid UTF-8)")
 	case len(key) > maxKey:
-		return fmt.Errorf("key is %d bytes, longer than the %d a row's key can be", len(key), maxKey)
+		return fmt.Errorf("key is %d bytes, more than the %d bytes a key may be", len(key), maxKey)
 	}
 	return nil
+}
+
+// quoteKey quotes key for an error, its first 64 bytes and an ellipsis
+// when it is longer: an error about a key too long to store is not
+// made as long.
+func quoteKey(key string) string {
+	const most = 64
+	if len(key) <= most {
+		return strconv.Quote(key)
+	}
+	cut := most
+	for cut > 0 && !utf8.RuneStart(key[cut]) {
+		cut--
+	}
+	return strconv.Quote(key[:cut]) + "…"
 }
 
 // errClosed is Watch's error after Close.
@@ -131,7 +152,8 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, error) 
 // Noticed returns the state of key that the newest notice of a change
 // carried, and its version, without a statement, making the store an
 // [llmretry.StateNotifier]: each write's notice carries the row, unless
-// it is too big for a NOTIFY (about 5.9 KB of state). ok is false until
+// it is too big for a NOTIFY (about 5.9 KB of state, less the key's
+// bytes). ok is false until
 // a notice of key comes after the store's first call with key, after a
 // notice that carried no state, and from the moment the listening
 // connection is found lost until a notice comes on the next one. A

@@ -167,41 +167,95 @@ func increment(ctx context.Context, s *pgbreaker.Store, key string) error {
 	}
 }
 
+// hexKey is a key of n bytes of hex of counted hashes: a key that no
+// compression brings under the index's limit.
+func hexKey(n int) string {
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "%x", sha256.Sum256([]byte(strconv.Itoa(i))))
+	}
+	return b.String()[:n]
+}
+
 // A key that PostgreSQL's text or the table's index cannot hold is
 // refused with an error of its own, and the calls of other keys made at
-// the same time, which may share its statement, still work.
+// the same time, which may share its statement, still work; the longest
+// key allowed is one the table takes.
 func TestBadKey(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, freshSchema(t, pgURL(t), "pgbreaker_bad_key"))
 	ctx := t.Context()
-	// Hex of counted hashes: no compression brings it under the index's
-	// limit.
-	var long strings.Builder
-	for i := 0; long.Len() < 2800; i++ {
-		fmt.Fprintf(&long, "%x", sha256.Sum256([]byte(strconv.Itoa(i))))
+	tests := []struct{ name, key, want string }{
+		{"nul", "nul\x00key", "not text PostgreSQL can hold"},
+		{"latin1", "latin1 \xe9t\xe9", "not text PostgreSQL can hold"},
+		{"too_long", hexKey(2800), "key is 2800 bytes, more than the 2048 bytes a key may be"}, // the index takes no more than 2,704
 	}
-	for key, want := range map[string]string{
-		"nul\x00key":       "not text PostgreSQL can hold",
-		"latin1 \xe9t\xe9": "not text PostgreSQL can hold",
-		long.String():      "longer than the 2048 a row's key can be",
-	} {
-		var wg sync.WaitGroup
-		var good error
-		wg.Go(func() { _, good = s.CompareAndSwap(ctx, testKey(t)+"/good", 0, []byte("x")) })
-		_, _, lerr := s.Load(ctx, key)
-		_, serr := s.CompareAndSwap(ctx, key, 0, []byte("x"))
-		wg.Wait()
-		for _, err := range []error{lerr, serr} {
-			if err == nil || !strings.Contains(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), want) {
-				t.Errorf("key %.40q: error %.200v, want one that says %q", key, err, want)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			var good error
+			wg.Go(func() { _, good = s.CompareAndSwap(ctx, testKey(t)+"/good", 0, []byte("x")) })
+			_, _, lerr := s.Load(ctx, tc.key)
+			_, serr := s.CompareAndSwap(ctx, tc.key, 0, []byte("x"))
+			wg.Wait()
+			for _, err := range []error{lerr, serr} {
+				if err == nil || !strings.HasPrefix(err.Error(), "pgbreaker: ") || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("Load or CompareAndSwap(%.40q) = %v, want an error containing %q", tc.key, err, tc.want)
+				}
 			}
+			if good != nil {
+				t.Errorf("CompareAndSwap(good key) = %v, want nil", good)
+			}
+			if _, err := s.CompareAndSwap(ctx, testKey(t)+"/good", 0, nil); err != nil {
+				t.Errorf("CompareAndSwap(good key, again) = %v, want nil", err)
+			}
+		})
+	}
+	t.Run("longest", func(t *testing.T) {
+		key := hexKey(pgbreaker.MaxKey)
+		if ok, err := s.CompareAndSwap(ctx, key, 0, []byte("x")); !ok || err != nil {
+			t.Fatalf("CompareAndSwap(a key of %d bytes) = %v, %v, want true, nil", len(key), ok, err)
 		}
-		if good != nil {
-			t.Errorf("CompareAndSwap(good key) = %v, want nil", good)
+		if state, ver, err := s.Load(ctx, key); string(state) != "x" || ver != 1 || err != nil {
+			t.Errorf("Load(a key of %d bytes) = %q, %d, %v, want %q, 1, nil", len(key), state, ver, err, "x")
 		}
-		if _, err := s.CompareAndSwap(ctx, testKey(t)+"/good", 0, nil); err != nil {
-			t.Errorf("CompareAndSwap(good key, again) = %v, want nil", err)
-		}
+	})
+}
+
+// CheckKey refuses a key longer than MaxKey bytes, counted in bytes,
+// not runes, and one that is not text, before any statement; an error
+// names a long key by its first bytes only.
+func TestCheckKey(t *testing.T) {
+	a := func(n int) string { return strings.Repeat("a", n) }
+	tests := []struct {
+		name, key string
+		ok        bool
+	}{
+		{"longest", a(pgbreaker.MaxKey), true},
+		{"one_byte_over", a(pgbreaker.MaxKey + 1), false},
+		{"rune_ending_at_the_bound", a(pgbreaker.MaxKey-2) + "é", true},
+		{"rune_across_the_bound", a(pgbreaker.MaxKey-1) + "é", false},
+		{"nul", "a\x00b", false},
+		{"not_utf8", "\xff", false},
+		{"empty", "", true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := pgbreaker.CheckKey(tc.key); (err == nil) != tc.ok {
+				t.Errorf("CheckKey(a key of %d bytes) = %v, want ok %v", len(tc.key), err, tc.ok)
+			}
+		})
+	}
+	long := a(100) + "ééé"
+	if got, want := pgbreaker.QuoteKey(long), `"`+a(64)+`"…`; got != want {
+		t.Errorf("QuoteKey(a key of %d bytes) = %s, want %s", len(long), got, want)
+	}
+	cut := a(63) + "é" // the rune crosses the 64th byte: cut before it
+	if got, want := pgbreaker.QuoteKey(cut+"more"), `"`+a(63)+`"…`; got != want {
+		t.Errorf("QuoteKey(%q) = %s, want %s", cut+"more", got, want)
+	}
+	if got, want := pgbreaker.QuoteKey("openai/gpt-4o"), `"openai/gpt-4o"`; got != want {
+		t.Errorf("QuoteKey(short) = %s, want %s", got, want)
 	}
 }
 
