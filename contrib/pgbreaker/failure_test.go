@@ -157,3 +157,54 @@ func TestStoreFailure(t *testing.T) {
 		})
 	}
 }
+
+// With its pool closed and its listening connection up, every store
+// call fails at once while the store's notices still come: each call is
+// answered within its deadline, one whose failure must be written by its
+// retry, and the Breaker counts the store's errors and keeps saying the
+// store is unavailable, as no store call has answered since.
+func TestStorePoolClosedListenerUp(t *testing.T) {
+	t.Parallel()
+	url := freshSchema(t, pgURL(t), "pgbreaker_pool_closed")
+	pool := newPool(t, url)
+	if err := pgbreaker.Migrate(t.Context(), pool); err != nil {
+		t.Fatalf("Migrate() = %v", err)
+	}
+	store := pgbreaker.New(pool)
+	defer store.Close()
+	srv := llmretrytest.NewServer()
+	defer srv.Close()
+	srv.Script(model, llmretrytest.Answer("ok"))
+	b := &llmretry.Breaker{Store: store, Key: testKey(t), StoreTimeout: fleetStoreTimeout}
+	c := &llmretry.Chain[string, string]{Backends: []llmretry.Backend[string, string]{{
+		Model: model, Call: answerer(srv), Breaker: b,
+		Retry: llmretry.Policy{Waits: []time.Duration{100 * time.Millisecond}, Reserve: -1},
+	}}}
+	do := func(what string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := c.Do(ctx, "hi"); err != nil {
+			t.Errorf("%s: Do() = %v, want an answer", what, err)
+		}
+	}
+	do("before")
+	if err := pgbreaker.Listening(t.Context(), store); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+
+	do("pool closed")
+	srv.Script(model, llmretrytest.Status(http.StatusServiceUnavailable), llmretrytest.Answer("ok"))
+	do("pool closed, a 503 and its retry")
+	if st := b.State(); st.StoreErrors == 0 || !st.StoreUnavailable || st.StoreErr == nil {
+		t.Errorf("pool closed, a failure to write: State() = StoreErrors %d, StoreUnavailable %v, StoreErr %v; want it counted", st.StoreErrors, st.StoreUnavailable, st.StoreErr)
+	}
+	do("pool closed, after the failure")
+	if st := b.State(); !st.StoreUnavailable {
+		t.Errorf("pool closed, after the failure: State().StoreUnavailable = false, want true: no store call has answered since")
+	}
+	if got, want := len(srv.Requests()), 5; got != want {
+		t.Errorf("server log: %d requests, want %d: one per call, and the retry", got, want)
+	}
+}
